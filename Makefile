@@ -1,0 +1,48 @@
+# hogwild_a3c: every entry point sets up the project's own virtual environment first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# The CPU build of torch must go in before anything that depends on torch, or pip pulls a
+# multi-GB CUDA build; this exact pin is the one the CPU wheel on our machines satisfies.
+TORCH_PIN ?= torch==2.13.0
+TORCH_INDEX ?=
+ARGS ?=
+
+.PHONY: install train test test-slow smoke bench-throughput bench-cartpole bench-pong plot notebook clean
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+train: $(STAMP)
+	$(PY) -m hogwild_a3c.train $(ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+smoke: $(STAMP)
+	$(PY) -m hogwild_a3c.train --num-workers 2 --max-seconds 60 --eval-interval 20 --eval-episodes 1 --run-dir runs/smoke-$$(date +%Y%m%d-%H%M%S) $(ARGS)
+
+bench-throughput: $(STAMP)
+	$(PY) experiments/bench_throughput.py $(ARGS)
+
+bench-cartpole: $(STAMP)
+	$(PY) experiments/bench_cartpole.py $(ARGS)
+
+bench-pong: $(STAMP)
+	$(PY) experiments/bench_pong.py $(ARGS)
+
+notebook: $(STAMP)
+	$(PY) -m pip install -q -e '.[notebook]'
+	$(VENV)/bin/jupyter lab experiments/plot_logs.ipynb
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

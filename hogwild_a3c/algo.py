@@ -1,0 +1,96 @@
+"""The A3C maths as pure functions: discounting, returns, GAE and the seed's summed loss.
+
+Nothing here knows about processes or environments, so every function can be checked against
+a slow reference (tests/test_algo.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.signal
+import torch
+import torch.nn.functional as F
+
+
+def discount(x: np.ndarray, gamma: float) -> np.ndarray:
+    """y[t] = sum_k gamma^k x[t+k], computed as the seed does with a reversed IIR filter."""
+    return scipy.signal.lfilter([1.0], [1.0, -gamma], x[::-1], axis=0)[::-1]
+
+
+def segment_targets(
+    rewards: np.ndarray, values: np.ndarray, bootstrap: float, gamma: float, lam: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Returns and GAE advantages of one stretch of steps that lies inside one episode.
+
+    `bootstrap` is V(s_T) when the stretch stopped mid-episode or at a time-limit cut, and 0
+    at a true terminal (the seed's `rollout.r`).
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    values_plus = np.append(np.asarray(values, dtype=np.float64), bootstrap)
+    returns = discount(np.append(rewards, bootstrap), gamma)[:-1]
+    deltas = rewards + gamma * values_plus[1:] - values_plus[:-1]
+    advantages = discount(deltas, gamma * lam)
+    return returns.astype(np.float32), advantages.astype(np.float32)
+
+
+def rollout_targets(
+    rewards: np.ndarray,
+    values: np.ndarray,
+    dones: np.ndarray,
+    done_values: np.ndarray,
+    last_values: np.ndarray,
+    gamma: float,
+    lam: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Returns and advantages of a [T, K] rollout of K environments.
+
+    An environment whose episode ended at step t (dones[t, k]) splits its column into
+    independent stretches: the one ending at t bootstraps from done_values[t, k] (0 when
+    terminated, V(final observation) when truncated), the last one from last_values[k].
+    """
+    steps, envs = rewards.shape
+    returns = np.empty((steps, envs), dtype=np.float32)
+    advantages = np.empty((steps, envs), dtype=np.float32)
+    for k in range(envs):
+        start = 0
+        for end in list(np.flatnonzero(dones[:, k]) + 1) + [steps]:
+            if end <= start:
+                continue
+            bootstrap = done_values[end - 1, k] if dones[end - 1, k] else last_values[k]
+            returns[start:end, k], advantages[start:end, k] = segment_targets(
+                rewards[start:end, k], values[start:end, k], bootstrap, gamma, lam
+            )
+            start = end
+    return returns, advantages
+
+
+@dataclass
+class LossTerms:
+    total: torch.Tensor
+    policy: torch.Tensor
+    value: torch.Tensor
+    entropy: torch.Tensor
+
+
+def a3c_loss(
+    logits: torch.Tensor,
+    values: torch.Tensor,
+    actions: torch.Tensor,
+    advantages: torch.Tensor,
+    returns: torch.Tensor,
+    value_coef: float = 0.5,
+    entropy_coef: float = 0.01,
+) -> LossTerms:
+    """The seed's loss, summed over the batch rather than averaged.
+
+    pi_loss = -sum(log pi(a) * adv); vf_loss = 0.5 * sum((V - R)^2);
+    entropy = -sum(pi * log pi); total = pi_loss + value_coef * vf_loss - entropy_coef * entropy.
+    """
+    log_probs = F.log_softmax(logits, dim=-1)
+    chosen = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    policy_loss = -(chosen * advantages).sum()
+    value_loss = 0.5 * (values - returns).pow(2).sum()
+    entropy = -(log_probs.exp() * log_probs).sum()
+    total = policy_loss + value_coef * value_loss - entropy_coef * entropy
+    return LossTerms(total, policy_loss, value_loss, entropy)

@@ -1,0 +1,128 @@
+"""The run configuration: one dataclass whose field docs are the `--help` text, and one validator
+that reports every problem at once, before any process starts."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def _opt(default: Any, help: str, **argparse_kwargs: Any) -> Any:
+    return field(default=default, metadata={"help": help, **argparse_kwargs})
+
+
+@dataclass
+class Config:
+    # What to train on
+    env: str = _opt("ALE/Pong-v5", "Gymnasium id (also `module:EnvId-v0`) with a Discrete action space")
+    env_kwargs: dict = _opt(
+        None, "extra keyword arguments for gymnasium.make, as KEY=VALUE (VALUE a Python literal)", nargs="*"
+    )
+    # Processes
+    num_workers: int = _opt(None, "worker processes; 0 runs one worker in the main process (serial, repeatable); default: one per core")
+    envs_per_worker: int = _opt(1, "environments each worker steps, acting on them as one batch")
+    seed: int = _opt(0, "seed of the model initialisation, the workers and the environments")
+    start_method: str = _opt("spawn", "how children start (fork is unsafe with a warm OpenMP pool)", choices=["spawn", "forkserver"])
+    # Budgets
+    max_steps: int = _opt(None, "stop after this many agent steps, summed over workers (total, across resumes)")
+    max_seconds: float = _opt(None, "stop after this many seconds of run time (total, across resumes)")
+    target_return: float = _opt(None, "stop once the mean of the last --eval-episodes evaluation returns reaches this")
+    # Algorithm (the seed's values)
+    rollout_steps: int = _opt(20, "steps per environment between updates")
+    gamma: float = _opt(0.99, "discount factor")
+    gae_lambda: float = _opt(1.0, "GAE lambda (1.0: advantages are discounted returns minus values)")
+    lr: float = _opt(1e-4, "Adam learning rate")
+    entropy_coef: float = _opt(0.01, "weight of the entropy bonus")
+    value_coef: float = _opt(0.5, "weight of the value loss")
+    max_grad_norm: float = _opt(40.0, "clip gradients to this global norm")
+    optimizer: str = _opt("adam", "adam: each worker its own Adam statistics (the seed); shared-adam: one set in shared memory", choices=["adam", "shared-adam"])
+    lstm_size: int = _opt(256, "LSTM hidden units")
+    # Evaluation and logging
+    eval_interval: float = _opt(60.0, "seconds between evaluations of the shared policy")
+    eval_episodes: int = _opt(5, "episodes per evaluation; 0 starts no evaluator")
+    progress_interval: float = _opt(5.0, "seconds between progress.csv rows")
+    checkpoint_interval: float = _opt(300.0, "seconds between checkpoints/latest.pt saves")
+    keep_checkpoints: int = _opt(3, "numbered checkpoints kept besides latest.pt and best.pt")
+    run_dir: str = _opt(None, "run directory; default runs/<env>/<timestamp>-s<seed>")
+    no_progress: bool = _opt(False, "no tqdm progress bar (logs still go to the run directory)")
+    tensorboard: bool = _opt(False, "also write TensorBoard event files (needs the `tensorboard` extra)")
+    # Faults
+    max_worker_restarts: int = _opt(0, "restart a dead worker up to this many times in all, instead of stopping the run")
+    stall_timeout: float = _opt(120.0, "report a worker that made no progress for this many seconds")
+    max_env_errors: int = _opt(10, "consecutive environment exceptions a worker survives (env recreated, rollout dropped)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# Flags that may differ when a run is resumed: budgets and process layout, nothing that changes
+# what one update computes.
+RESUMABLE_OVERRIDES = {
+    "num_workers", "start_method", "max_steps", "max_seconds", "target_return", "eval_interval",
+    "eval_episodes", "progress_interval", "checkpoint_interval", "keep_checkpoints", "no_progress",
+    "tensorboard", "max_worker_restarts", "stall_timeout", "max_env_errors",
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m hogwild_a3c.train",
+        description="Train an A3C agent with lock-free (Hogwild) workers sharing one model.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        argument_default=argparse.SUPPRESS,  # so that flags the user actually gave can be told apart
+    )
+    for f in dataclasses.fields(Config):
+        kwargs = {k: v for k, v in f.metadata.items()}
+        help_text = kwargs.pop("help")
+        if f.type in ("bool", bool):
+            parser.add_argument(_flag(f.name), action="store_true", help=help_text)
+            continue
+        type_ = {"int": int, "float": float, "str": str, "dict": str}[f.type if isinstance(f.type, str) else f.type.__name__]
+        metavar = "KEY=VALUE" if f.name == "env_kwargs" else None
+        parser.add_argument(_flag(f.name), type=type_, metavar=metavar, help=f"{help_text} (default: {f.default})", **kwargs)
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    return parser
+
+
+def validate(cfg: Config, resuming: bool = False) -> list[str]:
+    """Every problem with `cfg`, one line each, naming the flag and what would be valid."""
+    errors = []
+
+    def need(ok: bool, flag: str, valid: str, value: Any) -> None:
+        if not ok:
+            errors.append(f"{_flag(flag)} must be {valid} (got {value!r})")
+
+    need(cfg.num_workers is None or cfg.num_workers >= 0, "num_workers", "an integer >= 0", cfg.num_workers)
+    need(cfg.envs_per_worker >= 1, "envs_per_worker", "an integer >= 1", cfg.envs_per_worker)
+    need(cfg.seed >= 0, "seed", "an integer >= 0", cfg.seed)
+    need(cfg.max_steps is None or cfg.max_steps > 0, "max_steps", "a positive integer", cfg.max_steps)
+    need(cfg.max_seconds is None or cfg.max_seconds > 0, "max_seconds", "a positive number", cfg.max_seconds)
+    need(cfg.rollout_steps >= 1, "rollout_steps", "an integer >= 1", cfg.rollout_steps)
+    need(0.0 < cfg.gamma <= 1.0, "gamma", "in (0, 1]", cfg.gamma)
+    need(0.0 <= cfg.gae_lambda <= 1.0, "gae_lambda", "in [0, 1]", cfg.gae_lambda)
+    need(cfg.lr > 0, "lr", "a positive number", cfg.lr)
+    need(cfg.entropy_coef >= 0, "entropy_coef", "a number >= 0", cfg.entropy_coef)
+    need(cfg.value_coef >= 0, "value_coef", "a number >= 0", cfg.value_coef)
+    need(cfg.max_grad_norm > 0, "max_grad_norm", "a positive number", cfg.max_grad_norm)
+    need(cfg.lstm_size >= 1, "lstm_size", "an integer >= 1", cfg.lstm_size)
+    need(cfg.eval_interval > 0, "eval_interval", "a positive number of seconds", cfg.eval_interval)
+    need(cfg.eval_episodes >= 0, "eval_episodes", "an integer >= 0", cfg.eval_episodes)
+    need(cfg.progress_interval > 0, "progress_interval", "a positive number of seconds", cfg.progress_interval)
+    need(cfg.checkpoint_interval > 0, "checkpoint_interval", "a positive number of seconds", cfg.checkpoint_interval)
+    need(cfg.keep_checkpoints >= 1, "keep_checkpoints", "an integer >= 1", cfg.keep_checkpoints)
+    need(cfg.max_worker_restarts >= 0, "max_worker_restarts", "an integer >= 0", cfg.max_worker_restarts)
+    need(cfg.stall_timeout > 0, "stall_timeout", "a positive number of seconds", cfg.stall_timeout)
+    need(cfg.max_env_errors >= 0, "max_env_errors", "an integer >= 0", cfg.max_env_errors)
+    if cfg.target_return is not None and cfg.eval_episodes == 0:
+        errors.append("--target-return needs evaluations: give --eval-episodes >= 1")
+    if cfg.run_dir is not None and not resuming and os.path.isdir(cfg.run_dir) and os.listdir(cfg.run_dir):
+        errors.append(
+            f"--run-dir {cfg.run_dir} already holds files; continue it with --resume {cfg.run_dir} or name a new folder"
+        )
+    return errors

@@ -1,0 +1,83 @@
+"""The run directory's CSV files: a fixed schema, one row per line, flushed as written, appended
+on resume; and `load_run`, the one loader the plot command and the notebook share."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+EPISODES_COLUMNS = ("time_s", "global_step", "worker", "episode_return", "episode_length")
+EVAL_COLUMNS = ("time_s", "global_step", "episode_return", "episode_length")
+PROGRESS_COLUMNS = (
+    "time_s", "global_step", "steps_per_s", "policy_loss", "value_loss", "entropy", "grad_norm",
+    "updates", "skipped_updates", "env_errors", "worker_restarts",
+)
+SCHEMAS = {"episodes.csv": EPISODES_COLUMNS, "eval.csv": EVAL_COLUMNS, "progress.csv": PROGRESS_COLUMNS}
+
+
+class CsvLog:
+    """Append-only CSV with a fixed header; refuses to append to a file with another header."""
+
+    def __init__(self, path: str | os.PathLike, columns: Iterable[str]):
+        self.path = Path(path)
+        self.columns = tuple(columns)
+        existing = self.path.exists() and self.path.stat().st_size > 0
+        if existing:
+            with open(self.path, newline="") as f:
+                header = tuple(next(csv.reader(f), ()))
+            if header != self.columns:
+                raise ValueError(f"{self.path}: header {header} is not the expected {self.columns}")
+        self._file = open(self.path, "a", newline="")
+        self._writer = csv.writer(self._file)
+        if not existing:
+            self._writer.writerow(self.columns)
+            self._file.flush()
+
+    def write(self, **row: Any) -> None:
+        self._writer.writerow([_format(row[c]) for c in self.columns])
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+
+def _format(value: Any) -> Any:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
+def write_json(path: str | os.PathLike, data: dict) -> None:
+    """Atomic: a crash mid-write leaves the old file."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True, default=str)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """A run as plain data: {'run_dir', 'name', 'config', 'meta', 'episodes', 'eval', 'progress'};
+    the three tables are pandas DataFrames (empty, with the right columns, if the file is missing)."""
+    import pandas as pd
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{run_dir}: not a run directory (no config.json)")
+    run: dict[str, Any] = {"run_dir": run_dir, "name": run_dir.name}
+    for name in ("config", "meta"):
+        path = run_dir / f"{name}.json"
+        run[name] = json.loads(path.read_text()) if path.is_file() else {}
+    for file, columns in SCHEMAS.items():
+        path = run_dir / file
+        key = file[: -len(".csv")]
+        run[key] = pd.read_csv(path) if path.is_file() and path.stat().st_size else pd.DataFrame(columns=columns)
+    return run

@@ -1,0 +1,69 @@
+"""Process hygiene shared by every child: one thread, no SIGINT, die with the parent, report errors.
+
+A classic PyTorch A3C port hangs when children are forked from a parent whose OpenMP pool is
+already warm, until the user exports OMP_NUM_THREADS=1 by hand. Here children are always
+started with `spawn` or `forkserver` and pin themselves to one thread, so no incantation is
+needed and N workers never oversubscribe N cores.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+import torch
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Exit when the main process disappears, even after `kill -9` of it.
+
+    PR_SET_PDEATHSIG is Linux's way; the polling thread covers other systems and the window
+    between fork and prctl (if the parent died there, our parent pid has already changed).
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(3)
+            time.sleep(1.0)
+
+    if os.getppid() != parent_pid:
+        os._exit(3)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def setup_child(parent_pid: int) -> None:
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    # Ctrl-C reaches the whole process group; only the main process decides how to stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent_pid)
+
+
+def run_child(role: str, rank: int, queue: Any, parent_pid: int, body: Callable[[], None]) -> None:
+    """Run `body` as a child process: report any exception with its traceback, exit non-zero."""
+    setup_child(parent_pid)
+    try:
+        body()
+    except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
+        text = traceback.format_exc()
+        try:
+            queue.put(("error", role, rank, f"{type(exc).__name__}: {exc}", text))
+            queue.close()
+            queue.join_thread()
+        finally:
+            sys.stderr.write(f"[{role} {rank} pid {os.getpid()}] {text}")
+            sys.stderr.flush()
+            os._exit(1)

@@ -1,0 +1,89 @@
+"""Small Gymnasium environments that inject faults or expose the agent's view, registered on
+import so that `--env tests.envs:Name-v0` works in every process (children import it too)."""
+from __future__ import annotations
+
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+
+
+class CountingEnv(gym.Env):
+    """Observation [steps into the episode, 1.0]; episodes last `length` steps, reward 1 per step."""
+
+    def __init__(self, length: int = 7, truncate: bool = False):
+        self.length = length
+        self.truncate = truncate
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def _obs(self):
+        return np.array([self.t, 1.0], dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        end = self.t >= self.length
+        return self._obs(), 1.0, end and not self.truncate, end and self.truncate, {}
+
+
+class FaultyEnv(CountingEnv):
+    """A counting env that misbehaves at step `fail_at` of each instance.
+
+    fault='raise': step raises, at most `max_failures` times per process (then behaves).
+    fault='nan': the reward is NaN. fault='hang': step sleeps for `hang_s` seconds.
+    fault='raise_in_worker0': raises only in the process whose rank file says 0 (unused by default).
+    """
+
+    failures_in_process = 0
+
+    def __init__(self, fault: str = "raise", fail_at: int = 5, max_failures: int = 10**9, length: int = 50, hang_s: float = 3600.0):
+        super().__init__(length=length)
+        self.fault = fault
+        self.fail_at = fail_at
+        self.max_failures = max_failures
+        self.hang_s = hang_s
+        self.steps_taken = 0
+
+    def step(self, action):
+        self.steps_taken += 1
+        if self.steps_taken == self.fail_at:
+            if self.fault == "raise" and FaultyEnv.failures_in_process < self.max_failures:
+                FaultyEnv.failures_in_process += 1
+                raise RuntimeError(f"injected env failure in pid {os.getpid()}")
+            if self.fault == "hang":
+                time.sleep(self.hang_s)
+            if self.fault == "nan":
+                obs, _, terminated, truncated, info = super().step(action)
+                return obs, float("nan"), terminated, truncated, info
+        return super().step(action)
+
+
+class BoxActionEnv(CountingEnv):
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+
+class ImageEnv(CountingEnv):
+    """An observation the model cannot take: a 3-D image that is not 1x42x42."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
+
+
+for _name, _cls in [
+    ("Counting-v0", CountingEnv),
+    ("Faulty-v0", FaultyEnv),
+    ("BoxAction-v0", BoxActionEnv),
+    ("Image-v0", ImageEnv),
+]:
+    if _name not in gym.registry:
+        gym.register(_name, entry_point=f"{__name__}:{_cls.__name__}")

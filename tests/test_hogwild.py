@@ -1,0 +1,85 @@
+"""The hand-off of gradients to shared memory, exactly; and that children's writes are seen."""
+import multiprocessing as mp
+
+import torch
+
+from hogwild_a3c.model import ActorCritic
+from hogwild_a3c.shared import HogwildLink, SharedState, adam_over, copy_weights, hand_over_gradients, new_adam_state
+
+
+def _loss(model):
+    logits, values = model.replay(torch.ones(4, 2, 3), model.initial_state(2))
+    return logits.pow(2).sum() + values.pow(3).sum()
+
+
+def test_sgd_step_moves_every_shared_weight_by_minus_lr_grad():
+    torch.manual_seed(0)
+    shared = ActorCritic((3,), 2, lstm_size=8)
+    shared.share_memory()
+    local = ActorCritic((3,), 2, lstm_size=8)
+    copy_weights(local, shared)
+    before = [p.detach().clone() for p in shared.parameters()]
+    _loss(local).backward()
+    hand_over_gradients(local, shared)
+    torch.optim.SGD(shared.parameters(), lr=0.1).step()
+    for p_before, p_after, p_local in zip(before, shared.parameters(), local.parameters()):
+        assert p_local.grad is not None and p_local.grad.abs().sum() > 0
+        torch.testing.assert_close(p_after.detach(), p_before - 0.1 * p_local.grad)
+
+
+def test_without_hand_off_the_shared_weights_do_not_move():
+    """Why the hand-off exists: the optimizer over shared params sees no local gradient."""
+    shared = ActorCritic((3,), 2, lstm_size=8)
+    local = ActorCritic((3,), 2, lstm_size=8)
+    copy_weights(local, shared)
+    before = [p.detach().clone() for p in shared.parameters()]
+    _loss(local).backward()
+    torch.optim.SGD(shared.parameters(), lr=0.1).step()
+    for p_before, p_after in zip(before, shared.parameters()):
+        torch.testing.assert_close(p_after.detach(), p_before)
+
+
+def test_adam_statistics_live_in_the_given_shared_tensors():
+    torch.manual_seed(0)
+    model = ActorCritic((3,), 2, lstm_size=8)
+    state = new_adam_state(model)
+    reference_model = ActorCritic((3,), 2, lstm_size=8)
+    reference_model.load_state_dict(model.state_dict())
+    ours = adam_over(list(model.parameters()), state, lr=0.01)
+    reference = torch.optim.Adam(reference_model.parameters(), lr=0.01)
+    for _ in range(3):
+        for m, opt in [(model, ours), (reference_model, reference)]:
+            opt.zero_grad()
+            _loss(m).backward()
+            opt.step()
+    for p, q in zip(model.parameters(), reference_model.parameters()):
+        torch.testing.assert_close(p, q)
+    assert torch.all(state["step"] == 3)
+    assert all(t.abs().sum() > 0 for t in state["exp_avg_sq"])
+
+
+def _child_pushes_one_update(shared: SharedState) -> None:
+    torch.set_num_threads(1)
+    link = HogwildLink(shared, 1)
+    local = ActorCritic((3,), 2, lstm_size=8)
+    link.pull(local)
+    _loss(local).backward()
+    link.push(local, link.make_optimizer())
+    link.add_steps(40)
+
+
+def test_a_spawned_childs_update_is_seen_by_the_parent():
+    ctx = mp.get_context("spawn")
+    torch.manual_seed(0)
+    model = ActorCritic((3,), 2, lstm_size=8)
+    shared = SharedState.create(model, 2, "adam", 1e-3, ctx)
+    before = [p.detach().clone() for p in model.parameters()]
+    proc = ctx.Process(target=_child_pushes_one_update, args=(shared.for_child(1),))
+    proc.start()
+    proc.join(timeout=60)
+    assert proc.exitcode == 0
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
+    assert shared.global_step() == 40 and int(shared.worker_steps[1]) == 40
+    # The child's Adam wrote its statistics into its own shared slot, not the other worker's.
+    assert torch.all(shared.optimizer_states[1]["step"] == 1)
+    assert torch.all(shared.optimizer_states[0]["step"] == 0)
