@@ -112,7 +112,7 @@ def versions() -> dict[str, str]:
     import torch
 
     found = {
-        "hogwild_a3c": __version__, "python": platform.python_version(), "torch": torch.__version__,
+        "hogwild_a3c": __version__, "python": platform.python_version(), "torch": str(torch.__version__),
         "gymnasium": gymnasium.__version__, "numpy": numpy.__version__, "scipy": scipy.__version__,
     }
     try:

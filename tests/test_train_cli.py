@@ -1,0 +1,125 @@
+"""The real entry point: smoke run, repeatable serial run, bad input, learning CartPole."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from hogwild_a3c import train
+from hogwild_a3c.checkpoint import load_checkpoint
+from hogwild_a3c.logs import EPISODES_COLUMNS, EVAL_COLUMNS, PROGRESS_COLUMNS, load_run
+
+TINY = ["--env", "CartPole-v1", "--lstm-size", "16", "--no-progress", "--progress-interval", "1"]
+
+
+def test_smoke_two_workers_writes_the_whole_run_directory(run_cli, tmp_path):
+    run_dir = tmp_path / "run"
+    # A user's thread settings must neither deadlock nor oversubscribe the workers.
+    import os
+
+    env = {**os.environ, "OMP_NUM_THREADS": "4", "MKL_NUM_THREADS": "4", "PYTHONUNBUFFERED": "1"}
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "hogwild_a3c.train", *TINY, "--num-workers", "2", "--max-steps", "6000",
+         "--eval-interval", "1", "--eval-episodes", "2", "--run-dir", str(run_dir)],
+        env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in ("config.json", "meta.json", "episodes.csv", "eval.csv", "progress.csv", "checkpoints/latest.pt"):
+        assert (run_dir / name).is_file(), name
+    assert list(pd.read_csv(run_dir / "episodes.csv").columns) == list(EPISODES_COLUMNS)
+    assert list(pd.read_csv(run_dir / "eval.csv").columns) == list(EVAL_COLUMNS)
+    assert list(pd.read_csv(run_dir / "progress.csv").columns) == list(PROGRESS_COLUMNS)
+    episodes = pd.read_csv(run_dir / "episodes.csv")
+    assert set(episodes["worker"]) == {0, 1}
+    assert len(pd.read_csv(run_dir / "eval.csv")) >= 2
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["sessions"][-1]["ended"] == "max_steps" and meta["sessions"][-1]["exit_code"] == 0
+    assert meta["cores"] >= 1 and "torch" in meta["versions"]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["num_workers"] == 2 and config["env"] == "CartPole-v1"
+    payload = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    assert payload["global_step"] >= 6000
+    assert len(payload["optimizer"]["states"]) == 2
+    run = load_run(run_dir)
+    assert len(run["progress"]) >= 1 and run["config"]["env"] == "CartPole-v1"
+
+
+def _serial_run(tmp_path, name, seed):
+    run_dir = tmp_path / name
+    code = train.main([*TINY, "--num-workers", "0", "--max-steps", "800", "--seed", str(seed),
+                       "--eval-episodes", "0", "--run-dir", str(run_dir)])
+    assert code == 0
+    return load_checkpoint(run_dir / "checkpoints" / "latest.pt")["model"]
+
+
+def test_serial_run_is_exactly_repeatable(tmp_path):
+    first = _serial_run(tmp_path, "a", seed=3)
+    second = _serial_run(tmp_path, "b", seed=3)
+    other = _serial_run(tmp_path, "c", seed=4)
+    for key in first:
+        assert torch.equal(first[key], second[key]), key
+    assert any(not torch.equal(first[key], other[key]) for key in first)
+    # and training moved the weights at all
+    torch.manual_seed(3)
+
+
+BAD_INPUTS = [
+    (["--env", "NoSuchEnv-v0"], "--env 'NoSuchEnv-v0'"),
+    (["--env", "Pendulum-v1"], "not Discrete"),
+    (["--env", "tests.envs:Image-v0"], "neither a flat vector"),
+    (["--env", "no_such_module:Env-v0"], "cannot import module"),
+    (["--env", "CartPole-v1", "--env-kwargs", "=3"], "--env-kwargs"),
+    (["--env", "CartPole-v1", "--env-kwargs", "no_such_kwarg=1"], "--env-kwargs"),
+    (["--num-workers", "-1"], "--num-workers must be an integer >= 0"),
+    (["--lr", "0"], "--lr must be a positive number"),
+    (["--gamma", "1.5"], "--gamma must be in (0, 1]"),
+    (["--target-return", "1", "--eval-episodes", "0"], "--target-return needs evaluations"),
+    (["--resume", "/nonexistent/run"], "--resume /nonexistent/run"),
+]
+
+
+@pytest.mark.parametrize("argv,expected", BAD_INPUTS)
+def test_bad_input_is_one_clear_line_and_exit_2(argv, expected, capsys, tmp_path):
+    code = train.main([*argv, "--run-dir", str(tmp_path / "r")] if "--resume" not in argv else argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0], err
+    assert not (tmp_path / "r").exists()
+
+
+def test_every_config_error_is_reported_at_once(capsys):
+    assert train.main(["--lr", "-1", "--gamma", "0", "--rollout-steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--lr" in err and "--gamma" in err and "--rollout-steps" in err
+
+
+def test_existing_run_dir_is_never_overwritten(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "episodes.csv").write_text("precious\n")
+    assert train.main([*TINY, "--run-dir", str(run_dir), "--max-steps", "100"]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert (run_dir / "episodes.csv").read_text() == "precious\n"
+
+
+def test_unknown_flag_exits_2_from_the_command_line(run_cli):
+    proc = run_cli("--no-such-flag", timeout=60)
+    assert proc.returncode == 2 and "--no-such-flag" in proc.stderr
+
+
+def test_cartpole_is_learned_by_the_multiprocess_trainer(tmp_path):
+    """CartPole-v1 to a mean evaluation return >= 195 over 5 episodes, within a bounded budget."""
+    run_dir = tmp_path / "cartpole"
+    code = train.main([
+        "--env", "CartPole-v1", "--num-workers", "2", "--lr", "1e-3", "--lstm-size", "64", "--seed", "1",
+        "--target-return", "195", "--eval-episodes", "5", "--eval-interval", "5",
+        "--max-seconds", "300", "--no-progress", "--run-dir", str(run_dir),
+    ])
+    evals = pd.read_csv(run_dir / "eval.csv")
+    assert code == 0
+    assert json.loads((run_dir / "meta.json").read_text())["sessions"][-1]["ended"] == "target_return"
+    assert np.mean(evals["episode_return"].tail(5)) >= 195
