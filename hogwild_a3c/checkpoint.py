@@ -96,8 +96,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not usable"
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        # torch's weights-only refusal is a long lecture; its one informative line names the type.
-        reason = next((line for line in lines if "Unsupported global" in line), lines[0] if lines else type(exc).__name__)
+        # torch's weights-only refusal is a long lecture; its one informative line starts "Unsupported".
+        reason = next((line for line in lines if line.startswith(("Unsupported", "WeightsUnpickler error: Unsupported"))),
+                      lines[0] if lines else type(exc).__name__)
         raise CheckpointError(f"{path}: not a readable checkpoint (corrupt or truncated: {reason[:160]})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a hogwild_a3c checkpoint (expected format {FORMAT!r})")
