@@ -1,0 +1,141 @@
+"""`python -m hogwild_a3c.plot RUN_DIR [RUN_DIR ...] --out FILE.png`: learning curves.
+
+Evaluation return (training episode returns lighter) against global steps and against wall
+time. Runs whose configs differ only in the seed are drawn as their mean with a min-max band;
+other runs are overlaid one line each. Needs the `plot` extra (pandas, matplotlib).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .logs import load_run
+
+# Config fields that do not change what is being compared: seeds, budgets, bookkeeping.
+NOT_PART_OF_THE_EXPERIMENT = {
+    "seed", "run_dir", "max_steps", "max_seconds", "target_return", "no_progress", "tensorboard",
+    "eval_interval", "progress_interval", "checkpoint_interval", "keep_checkpoints", "stall_timeout",
+    "max_worker_restarts", "max_env_errors", "start_method",
+}
+
+
+def group_by_config(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Runs keyed by a label of their config without the seed; seeds of one config share a key."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        key = repr(sorted((k, repr(v)) for k, v in run["config"].items() if k not in NOT_PART_OF_THE_EXPERIMENT))
+        groups[key].append(run)
+    return groups
+
+
+def _label(group: list[dict[str, Any]], distinct: list[str]) -> str:
+    config = group[0]["config"]
+    parts = [f"{k}={config.get(k)}" for k in distinct] or [config.get("env", "?")]
+    label = ", ".join(parts)
+    if len(group) > 1:
+        label += f" ({len(group)} seeds)"
+    elif not distinct:
+        label = group[0]["name"]
+    return label
+
+
+def eval_curve(run: dict[str, Any], x: str):
+    """Mean evaluation return per evaluation, against `x` (global_step or time_s)."""
+    evals = run["eval"]
+    if evals.empty:
+        return np.array([]), np.array([])
+    per_eval = evals.groupby(["global_step", "time_s"], as_index=False)["episode_return"].mean().sort_values(x)
+    return per_eval[x].to_numpy(dtype=float), per_eval["episode_return"].to_numpy(dtype=float)
+
+
+def train_curve(run: dict[str, Any], x: str, window: int = 20):
+    episodes = run["episodes"].sort_values(x)
+    if episodes.empty:
+        return np.array([]), np.array([])
+    smooth = episodes["episode_return"].rolling(window, min_periods=1).mean()
+    return episodes[x].to_numpy(dtype=float), smooth.to_numpy(dtype=float)
+
+
+def _band(curves: list[tuple[np.ndarray, np.ndarray]]):
+    """Mean and min-max of several curves on a common x grid (where all of them have data)."""
+    curves = [(x, y) for x, y in curves if len(x)]
+    if not curves:
+        return None
+    hi = min(x[-1] for x, _ in curves)
+    lo = max(x[0] for x, _ in curves)
+    if hi <= lo:
+        return None
+    grid = np.linspace(lo, hi, 200)
+    ys = np.stack([np.interp(grid, x, y) for x, y in curves])
+    return grid, ys.mean(0), ys.min(0), ys.max(0)
+
+
+def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = None):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [load_run(d) for d in run_dirs]
+    groups = group_by_config(runs)
+    keys_that_differ = sorted({
+        k for run in runs for k in run["config"]
+        if k not in NOT_PART_OF_THE_EXPERIMENT and len({repr(r["config"].get(k)) for r in runs}) > 1
+    })
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for (axis, x, xlabel) in ((axes[0], "global_step", "agent steps"), (axes[1], "time_s", "wall time (s)")):
+        for i, group in enumerate(groups.values()):
+            color = f"C{i}"
+            label = _label(group, keys_that_differ)
+            for run in group:
+                tx, ty = train_curve(run, x)
+                axis.plot(tx, ty, color=color, alpha=0.2, linewidth=0.8)
+            if len(group) == 1:
+                ex, ey = eval_curve(group[0], x)
+                axis.plot(ex, ey, color=color, marker="o", markersize=3, label=label)
+            else:
+                band = _band([eval_curve(run, x) for run in group])
+                if band is not None:
+                    grid, mean, low, high = band
+                    axis.plot(grid, mean, color=color, label=label)
+                    axis.fill_between(grid, low, high, color=color, alpha=0.2)
+        axis.set_xlabel(xlabel)
+        axis.set_ylabel("return")
+        axis.grid(alpha=0.3)
+    axes[0].legend(loc="best", fontsize=8)
+    envs = sorted({run["config"].get("env", "?") for run in runs})
+    fig.suptitle(title or f"{', '.join(envs)}: evaluation return (lines), training episodes (light)")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hogwild_a3c.plot", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("--out", default="curves.png", help="PNG file to write (default: curves.png)")
+    parser.add_argument("--title", help="figure title")
+    args = parser.parse_args(argv)
+    for run_dir in args.run_dirs:
+        if not (Path(run_dir) / "config.json").is_file():
+            print(f"error: {run_dir}: not a run directory (no config.json there)", file=sys.stderr)
+            return 2
+    try:
+        out = plot_runs(args.run_dirs, args.out, args.title)
+    except ImportError as exc:
+        print(f"error: plotting needs pandas and matplotlib: pip install -e '.[plot]' ({exc})", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

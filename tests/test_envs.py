@@ -1,0 +1,70 @@
+import numpy as np
+import pytest
+
+from hogwild_a3c.envs import EnvSpecError, Universe42, describe_env, make_env, parse_env_kwargs
+
+
+def slow_linear_resize(image, out_h, out_w):
+    """Bilinear resize with pixel-centre alignment, one output pixel at a time."""
+    in_h, in_w = image.shape
+    out = np.zeros((out_h, out_w))
+    for i in range(out_h):
+        for j in range(out_w):
+            y = min(max((i + 0.5) * in_h / out_h - 0.5, 0), in_h - 1)
+            x = min(max((j + 0.5) * in_w / out_w - 0.5, 0), in_w - 1)
+            y0, x0 = int(y), int(x)
+            y1, x1 = min(y0 + 1, in_h - 1), min(x0 + 1, in_w - 1)
+            fy, fx = y - y0, x - x0
+            out[i, j] = ((1 - fy) * (1 - fx) * image[y0, x0] + (1 - fy) * fx * image[y0, x1]
+                         + fy * (1 - fx) * image[y1, x0] + fy * fx * image[y1, x1])
+    return out
+
+
+def test_pong_observation_is_1x42x42_float32_in_unit_range():
+    env = make_env("ALE/Pong-v5")
+    obs, _ = env.reset(seed=0)
+    for _ in range(50):
+        obs, *_ = env.step(env.action_space.sample())
+        assert obs.shape == (1, 42, 42) and obs.dtype == np.float32
+        assert 0.0 <= obs.min() and obs.max() <= 1.0
+    assert obs.std() > 0  # a real picture, not a blank frame
+    env.close()
+
+
+def test_preprocessing_matches_the_two_step_universe_resize():
+    rng = np.random.default_rng(0)
+    frame = rng.integers(0, 256, size=(210, 160), dtype=np.uint8)
+    wrapper = Universe42(make_env("CartPole-v1"))  # any env will do: only the resize is tested
+    ours = wrapper.observation(frame)[0]
+    cropped = frame[34:194].astype(np.float64)
+    reference = slow_linear_resize(slow_linear_resize(cropped, 80, 80), 42, 42) / 255.0
+    np.testing.assert_allclose(ours, reference, atol=1e-5)
+    rgb = np.stack([frame] * 3, axis=2)
+    np.testing.assert_allclose(wrapper.observation(rgb)[0], ours, atol=1e-6)
+
+
+def test_pong_is_described_for_the_model():
+    info = describe_env("ALE/Pong-v5", {"repeat_action_probability": 0.0})
+    assert info.obs_shape == (1, 42, 42) and info.num_actions == 6
+
+
+def test_env_kwargs_reach_gymnasium_make():
+    env = make_env("CartPole-v1", {"max_episode_steps": 5})
+    env.reset(seed=0)
+    truncated = False
+    for _ in range(5):
+        *_, truncated, _ = env.step(0 if _ % 2 else 1)
+    assert truncated
+
+
+def test_env_kwargs_parse_python_literals():
+    assert parse_env_kwargs(["a=1", "b=0.5", "c='x'", "d=True", "e=plain", "f=[1, 2]"]) == {
+        "a": 1, "b": 0.5, "c": "x", "d": True, "e": "plain", "f": [1, 2]
+    }
+    with pytest.raises(EnvSpecError, match="KEY=VALUE"):
+        parse_env_kwargs(["novalue"])
+
+
+def test_a_users_module_env_id_works():
+    info = describe_env("tests.envs:Counting-v0", {"length": 3})
+    assert info.obs_shape == (2,) and info.num_actions == 2
