@@ -12,7 +12,7 @@ EPISODES_COLUMNS = ("time_s", "global_step", "worker", "episode_return", "episod
 EVAL_COLUMNS = ("time_s", "global_step", "episode_return", "episode_length")
 PROGRESS_COLUMNS = (
     "time_s", "global_step", "steps_per_s", "policy_loss", "value_loss", "entropy", "grad_norm",
-    "updates", "skipped_updates", "env_errors", "worker_restarts",
+    "updates", "skipped_updates", "env_errors", "worker_restarts", "worker_rss_mb",
 )
 SCHEMAS = {"episodes.csv": EPISODES_COLUMNS, "eval.csv": EVAL_COLUMNS, "progress.csv": PROGRESS_COLUMNS}
 

@@ -67,3 +67,15 @@ def run_child(role: str, rank: int, queue: Any, parent_pid: int, body: Callable[
             sys.stderr.write(f"[{role} {rank} pid {os.getpid()}] {text}")
             sys.stderr.flush()
             os._exit(1)
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process in MiB (Linux /proc); NaN where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return float("nan")

@@ -30,6 +30,7 @@ from .envs import EnvInfo, EnvSpecError, describe_env, register_atari
 from .evaluator import Evaluator, evaluator_main
 from .logs import EPISODES_COLUMNS, EVAL_COLUMNS, PROGRESS_COLUMNS, CsvLog, write_json
 from .model import build_model
+from .process import rss_mb
 from .rundir import ConfigError, default_run_dir, new_meta, now_iso, resolve_new, resolve_resume, versions
 from .shared import STAT, HogwildLink, SharedState
 from .worker import Worker, worker_main, worker_seed
@@ -139,7 +140,7 @@ class Trainer:
             daemon=True,
         )
         proc.start()
-        self.processes[f"worker {rank}"] = proc
+        self._register_child(f"worker {rank}", proc)
         self.shared.worker_stats[rank, STAT["heartbeat"]] = time.time()
 
     def _start_evaluator(self) -> None:
@@ -153,7 +154,13 @@ class Trainer:
             daemon=True,
         )
         proc.start()
-        self.processes["evaluator"] = proc
+        self._register_child("evaluator", proc)
+
+    def _register_child(self, name: str, proc: Any) -> None:
+        """Track the child; its pid goes into meta.json so a person (or a benchmark) can find it."""
+        self.processes[name] = proc
+        self.meta_session.setdefault("pids", {})[name] = proc.pid
+        write_json(self.run_dir / "meta.json", self.meta)
 
     def _check_children(self) -> None:
         for name, proc in list(self.processes.items()):
@@ -240,13 +247,22 @@ class Trainer:
         active = self.shared.worker_stats[self.shared.worker_stats[:, STAT["updates"]] > 0]
         means = {name: float(active[:, STAT[name]].mean()) if len(active) else float("nan")
                  for name in ("policy_loss", "value_loss", "entropy", "grad_norm")}
-        self.progress_csv.write(time_s=self.time_s(), global_step=step, steps_per_s=rate, **means, **self._counters())
+        self.progress_csv.write(
+            time_s=self.time_s(), global_step=step, steps_per_s=rate, **means, **self._counters(),
+            worker_rss_mb=self._worker_rss_mb(),
+        )
         self.steps_per_s = rate
         if self.tensorboard:
             for name, value in {"steps_per_s": rate, **means}.items():
                 self.tensorboard.add_scalar(f"train/{name}", value, step)
         if not all(torch.isfinite(p).all() for p in self.shared.model.parameters()):
             self._fail("the shared weights became non-finite (NaN or inf); the run stops instead of training on garbage")
+
+    def _worker_rss_mb(self) -> float:
+        """Mean resident memory of the live workers (of this process in serial mode)."""
+        pids = [p.pid for name, p in self.processes.items() if name.startswith("worker") and p.is_alive()]
+        values = [rss_mb(pid) for pid in (pids if not self.serial else [os.getpid()])]
+        return float(np.mean(values)) if values else float("nan")
 
     def checkpoint(self) -> Path:
         payload = {
@@ -350,19 +366,39 @@ class Trainer:
         self._drain()
 
     def _finish(self) -> None:
-        self._stop_children()
-        self._write_progress()
-        path = self.checkpoint()
-        self.log(f"saved {path}")
+        """Stop the children, then save and flush; one failing step must not skip the others."""
+        steps = [
+            self._stop_children,
+            self._write_progress,
+            lambda: self.log(f"saved {self.checkpoint()}"),
+            self._close_logs,
+            self._write_meta_end,
+            self._release_children,
+        ]
+        for step in steps:
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - report, then carry on shutting down
+                self.exit_code = self.exit_code or EXIT_FAILED
+                try:
+                    self._record_error(f"during shutdown: {type(exc).__name__}: {exc}")
+                except OSError:
+                    self.log(f"during shutdown: {type(exc).__name__}: {exc}")
+
+    def _close_logs(self) -> None:
         for csv_log in (self.episodes_csv, self.eval_csv, self.progress_csv):
             csv_log.close()
         if self.tensorboard:
             self.tensorboard.close()
+
+    def _write_meta_end(self) -> None:
         self.meta_session.update(
             end=now_iso(), ended=self.stop_reason, exit_code=self.exit_code,
             global_step_end=self.shared.global_step(), time_s_end=round(self.time_s(), 3),
         )
         write_json(self.run_dir / "meta.json", self.meta)
+
+    def _release_children(self) -> None:
         for proc in self.processes.values():
             close = getattr(proc, "close", None)
             if close is not None:

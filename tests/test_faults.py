@@ -27,12 +27,16 @@ def start_run(run_dir, *args):
     )
 
 
-def wait_for(condition, timeout=90.0, what="condition"):
+def wait_for(condition, timeout=90.0, what="condition", proc=None):
     deadline = time.time() + timeout
     while time.time() < deadline:
         if condition():
             return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"run exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read()}")
         time.sleep(0.2)
+    if proc is not None:
+        proc.kill()
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -130,7 +134,7 @@ def test_non_finite_shared_weights_stop_the_run(tmp_path, monkeypatch):
 def test_worker_killed_by_sigkill_stops_the_run_cleanly(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_run(run_dir, "--num-workers", "2", "--eval-episodes", "0", "--max-seconds", "120")
-    wait_for(training_started(run_dir), what="training")
+    wait_for(training_started(run_dir), what="training", proc=proc)
     workers = child_pids(proc.pid)
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)
@@ -146,7 +150,7 @@ def test_killed_worker_is_restarted_when_allowed(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_run(run_dir, "--num-workers", "2", "--eval-episodes", "0", "--max-worker-restarts", "1",
                      "--max-steps", "30000")
-    wait_for(training_started(run_dir), what="training")
+    wait_for(training_started(run_dir), what="training", proc=proc)
     os.kill(child_pids(proc.pid)[1], signal.SIGKILL)
     code, out = finish(proc, timeout=120)
     assert code == 0, out
@@ -174,7 +178,7 @@ def test_stalled_worker_is_reported(tmp_path):
 def test_signal_stops_the_run_saves_and_leaves_no_process(tmp_path, signum, expected_code):
     run_dir = tmp_path / "run"
     proc = start_run(run_dir, "--num-workers", "2", "--eval-interval", "1", "--eval-episodes", "1")
-    wait_for(training_started(run_dir), what="training")
+    wait_for(training_started(run_dir), what="training", proc=proc)
     children = child_pids(proc.pid)
     assert len(children) == 3  # two workers and the evaluator
     proc.send_signal(signum)
@@ -192,7 +196,7 @@ def test_signal_stops_the_run_saves_and_leaves_no_process(tmp_path, signum, expe
 def test_kill_9_of_the_main_process_takes_the_children_down(tmp_path):
     run_dir = tmp_path / "run"
     proc = start_run(run_dir, "--num-workers", "2", "--eval-episodes", "1", "--eval-interval", "1")
-    wait_for(training_started(run_dir), what="training")
+    wait_for(training_started(run_dir), what="training", proc=proc)
     children = child_pids(proc.pid)
     assert len(children) == 3
     proc.kill()
@@ -206,7 +210,7 @@ def test_kill_9_of_the_main_process_takes_the_children_down(tmp_path):
 def test_resume_after_interruption_continues_steps_and_appends_logs(tmp_path, run_cli):
     run_dir = tmp_path / "run"
     proc = start_run(run_dir, "--num-workers", "2", "--eval-episodes", "0", "--max-steps", "10000000")
-    wait_for(training_started(run_dir, min_step=2000), what="training")
+    wait_for(training_started(run_dir, min_step=2000), what="training", proc=proc)
     proc.send_signal(signal.SIGINT)
     code, out = finish(proc, timeout=30)
     assert code == 130, out

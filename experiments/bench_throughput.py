@@ -1,0 +1,194 @@
+"""`make bench-throughput`: agent steps/s of the trainer on Pong at 1..N workers, next to two
+references measured in the same run with the same number of processes:
+
+- raw env: each process steps its environments (with the 42x42 preprocessing) on random actions;
+- acting only: each process runs the worker's own acting loop (env + one batched forward per
+  step, `Worker._act`), without learning;
+- trainer: the real `python -m hogwild_a3c.train`, from progress.csv after a warm-up.
+
+Each cell is the median of --repeats measurements. Also reported: worker resident memory and the
+evaluator's CPU use while it waits between evaluations. Writes experiments/results/throughput.{csv,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+
+from benchlib import RESULTS, RUNS, header, load_config, markdown_table, run_trainer
+
+import pandas as pd
+
+
+def _raw_env_process(env_id, env_kwargs, envs, seconds, warmup, barrier, out):
+    import torch
+
+    torch.set_num_threads(1)
+    from hogwild_a3c.envs import make_env, register_atari
+
+    register_atari()
+    pool = [make_env(env_id, env_kwargs) for _ in range(envs)]
+    for i, env in enumerate(pool):
+        env.reset(seed=i)
+        env.action_space.seed(i)
+    barrier.wait()
+
+    def run_for(duration):
+        steps, start = 0, time.time()
+        while time.time() - start < duration:
+            for env in pool:
+                *_, terminated, truncated, _ = env.step(env.action_space.sample())
+                if terminated or truncated:
+                    env.reset()
+            steps += envs
+        return steps / (time.time() - start)
+
+    run_for(warmup)
+    out.put(run_for(seconds))
+
+
+def _acting_process(env_id, env_kwargs, envs, seconds, warmup, barrier, out, rank):
+    import torch
+
+    torch.set_num_threads(1)
+    from hogwild_a3c.config import Config
+    from hogwild_a3c.envs import describe_env, register_atari
+    from hogwild_a3c.model import build_model
+    from hogwild_a3c.shared import HogwildLink, SharedState
+    from hogwild_a3c.train import _serial_context
+    from hogwild_a3c.worker import Worker
+
+    register_atari()
+    cfg = Config(env=env_id, env_kwargs=env_kwargs, envs_per_worker=envs)
+    info = describe_env(env_id, env_kwargs)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg.lstm_size), 1, "adam", 1e-4, _serial_context())
+    worker = Worker(0, cfg, info, HogwildLink(shared, 0), seed=rank)
+    barrier.wait()
+
+    def run_for(duration):
+        steps, start = 0, time.time()
+        while time.time() - start < duration:
+            worker._act()
+            steps += cfg.rollout_steps * envs
+            while not shared.queue.empty():
+                shared.queue.get_nowait()
+        return steps / (time.time() - start)
+
+    run_for(warmup)
+    out.put(run_for(seconds))
+
+
+def measure_processes(target, workers, args):
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(workers), ctx.Queue()
+    procs = []
+    for rank in range(workers):
+        extra = (rank,) if target is _acting_process else ()
+        procs.append(ctx.Process(target=target, args=(*args, barrier, out, *extra)))
+    for p in procs:
+        p.start()
+    rates = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(rates)
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False):
+    run_dir = RUNS / "throughput" / f"{tag}-w{workers}-k{envs}-{int(time.time() * 1000)}"
+    args = ["--env", env_id, "--num-workers", workers, "--envs-per-worker", envs, "--no-progress",
+            "--progress-interval", 1, "--max-seconds", seconds + warmup + 15, "--run-dir", run_dir]
+    if env_kwargs:
+        args += ["--env-kwargs", *env_kwargs]
+    if with_idle_evaluator:
+        args += ["--eval-episodes", 1, "--eval-interval", 100000]
+    else:
+        args += ["--eval-episodes", 0]
+    evaluator_cpu = None
+    if with_idle_evaluator:
+        import subprocess
+
+        command = [sys.executable, "-m", "hogwild_a3c.train", *map(str, args)]
+        proc = subprocess.Popen(command, cwd=RUNS.parent.parent)
+        time.sleep(15)  # children started and imported
+        pid = json.loads((run_dir / "meta.json").read_text())["sessions"][-1]["pids"]["evaluator"]
+        before, t0 = cpu_seconds(pid), time.time()
+        time.sleep(10)
+        evaluator_cpu = (cpu_seconds(pid) - before) / (time.time() - t0)
+        proc.wait()
+    else:
+        run_trainer(args)
+    progress = pd.read_csv(run_dir / "progress.csv")
+    started = progress[progress["global_step"] > 0]
+    start_time = started["time_s"].iloc[0] + warmup
+    window = progress[progress["time_s"] >= start_time]
+    rate = (window["global_step"].iloc[-1] - window["global_step"].iloc[0]) / (window["time_s"].iloc[-1] - window["time_s"].iloc[0])
+    return rate, float(window["worker_rss_mb"].median()), evaluator_cpu
+
+
+def main():
+    config = load_config("throughput")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="*", help="worker counts (default: 1..cores)")
+    parser.add_argument("--envs-per-worker", type=int, nargs="*", default=config["envs_per_worker"])
+    parser.add_argument("--seconds", type=float, default=config["seconds_per_measurement"])
+    parser.add_argument("--warmup", type=float, default=config["warmup_seconds"])
+    parser.add_argument("--repeats", type=int, default=config["repeats"])
+    parser.add_argument("--tag", default="", help="suffix of the result files, e.g. 'before'")
+    args = parser.parse_args()
+    workers_list = args.workers or list(range(1, (os.cpu_count() or 1) + 1))
+    env_id, env_kwargs = config["env"], config["env_kwargs"]
+    from hogwild_a3c.envs import parse_env_kwargs
+
+    kwargs = parse_env_kwargs(env_kwargs)
+    rows = []
+    for envs in args.envs_per_worker:
+        for workers in workers_list:
+            raw, acting, trainer, rss = [], [], [], []
+            for repeat in range(args.repeats):
+                raw.append(measure_processes(_raw_env_process, workers, (env_id, kwargs, envs, args.seconds, args.warmup)))
+                acting.append(measure_processes(_acting_process, workers, (env_id, kwargs, envs, args.seconds, args.warmup)))
+                rate, mem, _ = measure_trainer(env_id, env_kwargs, workers, envs, args.seconds, args.warmup, f"r{repeat}")
+                trainer.append(rate)
+                rss.append(mem)
+                print(f"workers {workers} envs/worker {envs} repeat {repeat}: raw {raw[-1]:.0f} acting {acting[-1]:.0f} trainer {trainer[-1]:.0f} steps/s", flush=True)
+            row = {
+                "workers": workers, "envs_per_worker": envs,
+                "raw_env_steps_per_s": statistics.median(raw), "acting_steps_per_s": statistics.median(acting),
+                "trainer_steps_per_s": statistics.median(trainer),
+                "trainer_over_acting": statistics.median(t / a for t, a in zip(trainer, acting)),
+                "trainer_over_raw": statistics.median(t / r for t, r in zip(trainer, raw)),
+                "worker_rss_mb": statistics.median(rss), "repeats": args.repeats,
+            }
+            rows.append(row)
+    _, _, evaluator_cpu = measure_trainer(env_id, env_kwargs, 1, 1, 10, 2, "evaluator", with_idle_evaluator=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    suffix = f"-{args.tag}" if args.tag else ""
+    columns = list(rows[0])
+    with open(RESULTS / f"throughput{suffix}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    command = "make bench-throughput" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")
+    text = header(
+        f"Throughput on {env_id}{' (' + args.tag + ')' if args.tag else ''}", command,
+        {"env kwargs": " ".join(env_kwargs) or "none", "per cell": f"median of {args.repeats} runs of {args.seconds:g} s after {args.warmup:g} s warm-up",
+         "evaluator CPU while idle": f"{100 * evaluator_cpu:.2f}% of one core (10 s sample, eval interval far away)"},
+    )
+    text += "\n" + markdown_table(rows, columns)
+    (RESULTS / f"throughput{suffix}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
