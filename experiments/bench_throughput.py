@@ -84,6 +84,9 @@ def _acting_process(env_id, env_kwargs, envs, seconds, warmup, barrier, out, ran
 
 
 def measure_processes(target, workers, args):
+    from hogwild_a3c.process import one_thread_per_child
+
+    one_thread_per_child()  # the same thread settings the trainer gives its workers
     ctx = mp.get_context("spawn")
     barrier, out = ctx.Barrier(workers), ctx.Queue()
     procs = []

@@ -19,6 +19,22 @@ from typing import Any, Callable
 import torch
 
 PR_SET_PDEATHSIG = 1
+# Thread-pool sizes read once, when each library loads. A spawned child loads numpy and torch
+# while unpickling its arguments, before any code of ours runs, so the parent must set these.
+THREAD_POOL_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+                         "VECLIB_MAXIMUM_THREADS", "BLIS_NUM_THREADS")
+
+
+def one_thread_per_child() -> None:
+    """Make every child started from now on use one thread per library.
+
+    Measured here on 2 cores: with OpenBLAS's default pool, two workers that each run a small
+    numpy matmul per frame (the 42x42 resize) spin each other's threads and fall from ~840 to
+    ~125 acting steps/s in total. Whatever the user exported, children get 1; the user's values
+    still apply to this process's own pools, already loaded.
+    """
+    for name in THREAD_POOL_VARIABLES:
+        os.environ[name] = "1"
 
 
 def _die_with_parent(parent_pid: int) -> None:
@@ -46,7 +62,6 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def setup_child(parent_pid: int) -> None:
     torch.set_num_threads(1)
-    os.environ["OMP_NUM_THREADS"] = "1"
     # Ctrl-C reaches the whole process group; only the main process decides how to stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent(parent_pid)

@@ -30,7 +30,7 @@ from .envs import EnvInfo, EnvSpecError, describe_env, register_atari
 from .evaluator import Evaluator, evaluator_main
 from .logs import EPISODES_COLUMNS, EVAL_COLUMNS, PROGRESS_COLUMNS, CsvLog, write_json
 from .model import build_model
-from .process import rss_mb
+from .process import one_thread_per_child, rss_mb
 from .rundir import ConfigError, default_run_dir, new_meta, now_iso, resolve_new, resolve_resume, versions
 from .shared import STAT, HogwildLink, SharedState
 from .worker import Worker, worker_main, worker_seed
@@ -449,6 +449,7 @@ class Trainer:
         return self.exit_code
 
     def _run_parallel(self) -> None:
+        one_thread_per_child()
         if self.cfg.eval_episodes > 0:
             self._start_evaluator()
         for rank in range(self.cfg.num_workers):
