@@ -74,7 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m hogwild_a3c.train",
         description="Train an A3C agent with lock-free (Hogwild) workers sharing one model.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         argument_default=argparse.SUPPRESS,  # so that flags the user actually gave can be told apart
     )
     for f in dataclasses.fields(Config):
@@ -85,7 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         type_ = {"int": int, "float": float, "str": str, "dict": str}[f.type if isinstance(f.type, str) else f.type.__name__]
         metavar = "KEY=VALUE" if f.name == "env_kwargs" else None
-        parser.add_argument(_flag(f.name), type=type_, metavar=metavar, help=f"{help_text} (default: {f.default})", **kwargs)
+        if "default:" not in help_text:
+            help_text += f" (default: {'none' if f.default is None else f.default})"
+        parser.add_argument(_flag(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     return parser
 

@@ -70,11 +70,11 @@ class Worker:
         self.env_errors_in_a_row = 0
         self.state = self.model.initial_state(envs)
         for k in range(envs):
-            self._start_env(k, first=True)
+            self._start_env(k)
 
     # -- environments -------------------------------------------------------------------------
 
-    def _start_env(self, k: int, first: bool = False) -> None:
+    def _start_env(self, k: int) -> None:
         """(Re)create env k if needed, reset it and its LSTM state."""
         if self.envs[k] is None:
             self.envs[k] = make_env(self.cfg.env, self.cfg.env_kwargs)
@@ -89,19 +89,26 @@ class Worker:
         self.episode_length[k] = 0
 
     def _recover_env(self, k: int, exc: BaseException) -> None:
-        self.env_errors_in_a_row += 1
-        self.link.count("env_errors")
-        if self.env_errors_in_a_row > self.cfg.max_env_errors:
-            raise EnvFailure(
-                f"worker {self.rank}: environment raised {self.env_errors_in_a_row} times in a row; "
-                f"last: {type(exc).__name__}: {exc}"
-            ) from exc
-        try:
-            self.envs[k].close()
-        except Exception:  # noqa: BLE001 - a broken env may fail to close too
-            pass
-        self.envs[k] = None  # type: ignore[call-overload]
-        self._start_env(k)
+        """Replace env k after it raised; a replacement that fails to start counts as another error."""
+        while True:
+            self.env_errors_in_a_row += 1
+            self.link.count("env_errors")
+            if self.env_errors_in_a_row > self.cfg.max_env_errors:
+                raise EnvFailure(
+                    f"worker {self.rank}: environment raised {self.env_errors_in_a_row} times in a row; "
+                    f"last: {type(exc).__name__}: {exc}"
+                ) from exc
+            broken, self.envs[k] = self.envs[k], None
+            try:
+                if broken is not None:
+                    broken.close()
+            except Exception:  # noqa: BLE001 - a broken env may fail to close too
+                pass
+            try:
+                self._start_env(k)
+                return
+            except Exception as again:  # noqa: BLE001
+                exc = again
 
     # -- one rollout and one update -----------------------------------------------------------
 

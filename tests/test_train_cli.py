@@ -123,3 +123,29 @@ def test_cartpole_is_learned_by_the_multiprocess_trainer(tmp_path):
     assert code == 0
     assert json.loads((run_dir / "meta.json").read_text())["sessions"][-1]["ended"] == "target_return"
     assert np.mean(evals["episode_return"].tail(5)) >= 195
+
+
+def test_shared_adam_keeps_one_set_of_statistics(tmp_path):
+    run_dir = tmp_path / "run"
+    assert train.main([*TINY, "--num-workers", "2", "--optimizer", "shared-adam", "--max-steps", "3000",
+                       "--eval-episodes", "0", "--run-dir", str(run_dir)]) == 0
+    payload = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    states = payload["optimizer"]["states"]
+    assert payload["optimizer"]["kind"] == "shared-adam" and len(states) == 1
+    # Both workers stepped the one shared set: its step count is the total number of updates
+    # (an increment may be lost when two workers step at once: Hogwild takes no lock).
+    updates = pd.read_csv(run_dir / "progress.csv")["updates"].iloc[-1]
+    assert 0.9 * updates <= int(states[0]["step"][0]) <= updates
+
+
+def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, capsys):
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("tensorboard is installed here; the error path cannot be shown")
+    assert train.main([*TINY, "--tensorboard", "--max-steps", "100", "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--tensorboard needs the tensorboard package" in err[0]
+    assert not (tmp_path / "r").exists()
