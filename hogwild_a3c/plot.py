@@ -62,17 +62,16 @@ def train_curve(run: dict[str, Any], x: str, window: int = 20):
 
 
 def _band(curves: list[tuple[np.ndarray, np.ndarray]]):
-    """Mean and min-max of several curves on a common x grid (where all of them have data)."""
+    """Mean and min-max of several curves on a common x grid; each curve counts only where it
+    has data, so a seed that stopped early (at its target, say) does not cut the others short."""
     curves = [(x, y) for x, y in curves if len(x)]
     if not curves:
         return None
-    hi = min(x[-1] for x, _ in curves)
-    lo = max(x[0] for x, _ in curves)
-    if hi <= lo:
-        return None
-    grid = np.linspace(lo, hi, 200)
-    ys = np.stack([np.interp(grid, x, y) for x, y in curves])
-    return grid, ys.mean(0), ys.min(0), ys.max(0)
+    grid = np.linspace(min(x[0] for x, _ in curves), max(x[-1] for x, _ in curves), 200)
+    ys = np.stack([np.where((grid >= x[0]) & (grid <= x[-1]), np.interp(grid, x, y), np.nan) for x, y in curves])
+    covered = ~np.isnan(ys).all(axis=0)
+    grid, ys = grid[covered], ys[:, covered]
+    return grid, np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
 
 
 def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = None):
