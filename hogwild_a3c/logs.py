@@ -17,6 +17,10 @@ PROGRESS_COLUMNS = (
 SCHEMAS = {"episodes.csv": EPISODES_COLUMNS, "eval.csv": EVAL_COLUMNS, "progress.csv": PROGRESS_COLUMNS}
 
 
+class CsvSchemaError(ValueError):
+    """An existing CSV file whose header is not the one this version writes."""
+
+
 class CsvLog:
     """Append-only CSV with a fixed header; refuses to append to a file with another header."""
 
@@ -28,7 +32,10 @@ class CsvLog:
             with open(self.path, newline="") as f:
                 header = tuple(next(csv.reader(f), ()))
             if header != self.columns:
-                raise ValueError(f"{self.path}: header {header} is not the expected {self.columns}")
+                raise CsvSchemaError(
+                    f"{self.path}: its header {','.join(header)} is not this version's {','.join(self.columns)}; "
+                    "appending would mix schemas, so the file was left as it is"
+                )
         self._file = open(self.path, "a", newline="")
         self._writer = csv.writer(self._file)
         if not existing:

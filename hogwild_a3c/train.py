@@ -28,7 +28,7 @@ from .checkpoint import CheckpointError, load_latest, save_checkpoint
 from .config import Config, build_parser
 from .envs import EnvInfo, EnvSpecError, describe_env, register_atari
 from .evaluator import Evaluator, evaluator_main
-from .logs import EPISODES_COLUMNS, EVAL_COLUMNS, PROGRESS_COLUMNS, CsvLog, write_json
+from .logs import EPISODES_COLUMNS, EVAL_COLUMNS, PROGRESS_COLUMNS, CsvLog, CsvSchemaError, write_json
 from .model import build_model
 from .process import one_thread_per_child, rss_mb
 from .rundir import ConfigError, default_run_dir, new_meta, now_iso, resolve_new, resolve_resume, versions
@@ -105,6 +105,10 @@ class Trainer:
     def _open_logs(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "checkpoints").mkdir(exist_ok=True)
+        # The CSVs first: a file with a foreign header stops the run before anything is written.
+        self.episodes_csv = CsvLog(self.run_dir / "episodes.csv", EPISODES_COLUMNS)
+        self.eval_csv = CsvLog(self.run_dir / "eval.csv", EVAL_COLUMNS)
+        self.progress_csv = CsvLog(self.run_dir / "progress.csv", PROGRESS_COLUMNS)
         write_json(self.run_dir / "config.json", self.cfg.to_dict())
         meta_path = self.run_dir / "meta.json"
         self.meta = json.loads(meta_path.read_text()) if meta_path.is_file() else new_meta(self.argv)
@@ -115,9 +119,6 @@ class Trainer:
         }
         self.meta["sessions"].append(self.meta_session)
         write_json(meta_path, self.meta)
-        self.episodes_csv = CsvLog(self.run_dir / "episodes.csv", EPISODES_COLUMNS)
-        self.eval_csv = CsvLog(self.run_dir / "eval.csv", EVAL_COLUMNS)
-        self.progress_csv = CsvLog(self.run_dir / "progress.csv", PROGRESS_COLUMNS)
         self.error_log_path = self.run_dir / "errors.log"
         self.tensorboard = None
         if self.cfg.tensorboard:
@@ -521,7 +522,11 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --tensorboard needs the tensorboard package: pip install -e '.[tensorboard]'", file=sys.stderr)
             return EXIT_USAGE
     log = lambda message: print(message, file=sys.stderr, flush=True)  # noqa: E731
-    return Trainer(cfg, env_info, run_dir, payload, argv, log=log).run()
+    try:
+        return Trainer(cfg, env_info, run_dir, payload, argv, log=log).run()
+    except CsvSchemaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

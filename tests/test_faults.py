@@ -262,6 +262,18 @@ def test_resume_with_a_budget_already_reached_ends_at_once(tmp_path):
     assert last_session(run_dir)["ended"] == "max_steps"
 
 
+def test_resume_refuses_to_append_to_a_csv_with_another_schema(tmp_path, capsys):
+    run_dir = _finished_serial_run(tmp_path)
+    (run_dir / "progress.csv").write_text("step,loss\n1,2\n")
+    meta_before = (run_dir / "meta.json").read_text()
+    capsys.readouterr()
+    assert train.main(["--resume", str(run_dir), "--max-steps", "400", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "progress.csv: its header step,loss is not this version's" in err[-1]
+    assert (run_dir / "progress.csv").read_text() == "step,loss\n1,2\n"
+    assert (run_dir / "meta.json").read_text() == meta_before
+
+
 # -- checkpoints -----------------------------------------------------------------------------
 
 def test_corrupt_latest_falls_back_to_an_older_checkpoint(tmp_path):
