@@ -125,7 +125,10 @@ def test_non_finite_shared_weights_stop_the_run(tmp_path, monkeypatch):
     code = train.main([*CARTPOLE, "--num-workers", "0", "--max-steps", "100000", "--eval-episodes", "0",
                        "--run-dir", str(run_dir)])
     assert code == 1
-    assert "non-finite" in (run_dir / "errors.log").read_text()
+    errors = (run_dir / "errors.log").read_text()
+    assert "shared weights became non-finite" in errors
+    assert "not saving a checkpoint of non-finite weights" in errors
+    assert not any((run_dir / "checkpoints").glob("*.pt"))  # nothing that --resume could pick up
 
 
 # -- dead and stalled workers ----------------------------------------------------------------
