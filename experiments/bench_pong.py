@@ -22,19 +22,19 @@ def main():
     parser.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="only write the result files for RUN_DIR")
     args = parser.parse_args()
     if args.report_only:
-        run_dir = args.report_only
+        run_dir = args.report_only.resolve()
     elif args.resume:
-        run_dir = args.resume
+        run_dir = args.resume.resolve()
         run_trainer(["--resume", run_dir, "--max-seconds", args.max_seconds, "--no-progress"])
     else:
         run_dir = RUNS / "pong" / f"{time.strftime('%Y%m%d-%H%M%S')}-s{config['seed']}"
         extra = ["--num-workers", args.num_workers] if args.num_workers else []
         run_trainer(["--env", config["env"], *config["flags"], *extra, "--seed", config["seed"], "--target-return",
                      config["target_return"], "--max-seconds", args.max_seconds, "--no-progress", "--run-dir", run_dir])
-    report(Path(run_dir), config)
+    report(Path(run_dir), config, args.max_seconds)
 
 
-def report(run_dir: Path, config: dict) -> None:
+def report(run_dir: Path, config: dict, max_seconds: float) -> None:
     from hogwild_a3c.plot import plot_runs
 
     meta = json.loads((run_dir / "meta.json").read_text())
@@ -57,7 +57,8 @@ def report(run_dir: Path, config: dict) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot_runs([run_dir], RESULTS / "pong.png", "Pong (no sticky actions): evaluation return")
     text = header("Pong to a mean evaluation return of +18", "make bench-pong",
-                  {"flags": " ".join(config["flags"]), "budget": f"{config['max_seconds']:g} s"})
+                  {"flags": " ".join(config["flags"]), "budget": f"{max_seconds:g} s of run time in all",
+                   "sessions": "; ".join(f"{s['start']} -> {s['end']}: {s['ended']}" for s in meta["sessions"])})
     text += "\n" + markdown_table([row], list(row)) + "\n![Pong curve](pong.png)\n"
     (RESULTS / "pong.md").write_text(text)
     print(text)
