@@ -52,6 +52,13 @@ def training_started(run_dir, min_step=1):
     return check
 
 
+def start_training(run_dir, *args, min_step=1):
+    """Start a real run, wait until it has trained; returns the process and its children's pids."""
+    proc = start_run(run_dir, *args)
+    wait_for(training_started(run_dir, min_step), what="training", proc=proc)
+    return proc, child_pids(proc.pid)
+
+
 def finish(proc, timeout=60):
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -136,9 +143,7 @@ def test_non_finite_shared_weights_stop_the_run(tmp_path, monkeypatch):
 @pytest.mark.timeout(150)
 def test_worker_killed_by_sigkill_stops_the_run_cleanly(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start_run(run_dir, "--num-workers", "2", "--eval-episodes", "0", "--max-seconds", "120")
-    wait_for(training_started(run_dir), what="training", proc=proc)
-    workers = child_pids(proc.pid)
+    proc, workers = start_training(run_dir, "--num-workers", "2", "--eval-episodes", "0", "--max-seconds", "120")
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGKILL)
     code, out = finish(proc)
@@ -151,10 +156,9 @@ def test_worker_killed_by_sigkill_stops_the_run_cleanly(tmp_path):
 @pytest.mark.timeout(150)
 def test_killed_worker_is_restarted_when_allowed(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start_run(run_dir, "--num-workers", "2", "--eval-episodes", "0", "--max-worker-restarts", "1",
-                     "--max-steps", "30000")
-    wait_for(training_started(run_dir), what="training", proc=proc)
-    os.kill(child_pids(proc.pid)[1], signal.SIGKILL)
+    proc, workers = start_training(run_dir, "--num-workers", "2", "--eval-episodes", "0",
+                                   "--max-worker-restarts", "1", "--max-steps", "30000")
+    os.kill(workers[1], signal.SIGKILL)
     code, out = finish(proc, timeout=120)
     assert code == 0, out
     assert "restarting it (1/1)" in out
@@ -180,9 +184,7 @@ def test_stalled_worker_is_reported(tmp_path):
 @pytest.mark.parametrize("signum,expected_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_stops_the_run_saves_and_leaves_no_process(tmp_path, signum, expected_code):
     run_dir = tmp_path / "run"
-    proc = start_run(run_dir, "--num-workers", "2", "--eval-interval", "1", "--eval-episodes", "1")
-    wait_for(training_started(run_dir), what="training", proc=proc)
-    children = child_pids(proc.pid)
+    proc, children = start_training(run_dir, "--num-workers", "2", "--eval-interval", "1", "--eval-episodes", "1")
     assert len(children) == 3  # two workers and the evaluator
     proc.send_signal(signum)
     code, out = finish(proc, timeout=30)
@@ -198,9 +200,7 @@ def test_signal_stops_the_run_saves_and_leaves_no_process(tmp_path, signum, expe
 @pytest.mark.timeout(150)
 def test_kill_9_of_the_main_process_takes_the_children_down(tmp_path):
     run_dir = tmp_path / "run"
-    proc = start_run(run_dir, "--num-workers", "2", "--eval-episodes", "1", "--eval-interval", "1")
-    wait_for(training_started(run_dir), what="training", proc=proc)
-    children = child_pids(proc.pid)
+    proc, children = start_training(run_dir, "--num-workers", "2", "--eval-episodes", "1", "--eval-interval", "1")
     assert len(children) == 3
     proc.kill()
     proc.wait(timeout=10)
@@ -212,8 +212,8 @@ def test_kill_9_of_the_main_process_takes_the_children_down(tmp_path):
 @pytest.mark.timeout(200)
 def test_resume_after_interruption_continues_steps_and_appends_logs(tmp_path, run_cli):
     run_dir = tmp_path / "run"
-    proc = start_run(run_dir, "--num-workers", "2", "--eval-episodes", "0", "--max-steps", "10000000")
-    wait_for(training_started(run_dir, min_step=2000), what="training", proc=proc)
+    proc, _ = start_training(run_dir, "--num-workers", "2", "--eval-episodes", "0", "--max-steps", "10000000",
+                             min_step=2000)
     proc.send_signal(signal.SIGINT)
     code, out = finish(proc, timeout=30)
     assert code == 130, out
