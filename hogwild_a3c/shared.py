@@ -8,7 +8,10 @@ the same methods without touching the worker loop.
 from __future__ import annotations
 
 import dataclasses
+import queue
+import threading
 import time
+from types import SimpleNamespace
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +87,11 @@ def adam_over(params: list[nn.Parameter], state: dict[str, Any], lr: float) -> t
     return optimizer
 
 
+def in_process_context() -> SimpleNamespace:
+    """Stand-ins for a multiprocessing context when everything runs in one process (serial mode)."""
+    return SimpleNamespace(Event=threading.Event, Queue=queue.Queue)
+
+
 @dataclass
 class SharedState:
     """Everything the main process hands to children at start (shared tensors and queues)."""
@@ -96,13 +104,11 @@ class SharedState:
     stop_event: Any
     queue: Any
     lr: float
-    shared_optimizer: bool = False
 
     @classmethod
     def create(cls, model: nn.Module, slots: int, optimizer: str, lr: float, ctx: Any) -> "SharedState":
         model.share_memory()
-        shared_optimizer = optimizer == "shared-adam"
-        states = [new_adam_state(model) for _ in range(1 if shared_optimizer else slots)]
+        states = [new_adam_state(model) for _ in range(1 if optimizer == "shared-adam" else slots)]
         return cls(
             model=model,
             optimizer_states=states,
@@ -112,7 +118,6 @@ class SharedState:
             stop_event=ctx.Event(),
             queue=ctx.Queue(),
             lr=lr,
-            shared_optimizer=shared_optimizer,
         )
 
     def global_step(self) -> int:

@@ -15,10 +15,8 @@ import os
 import queue as queue_lib
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -32,7 +30,7 @@ from .logs import EPISODES_COLUMNS, EVAL_COLUMNS, PROGRESS_COLUMNS, CsvLog, CsvS
 from .model import build_model
 from .process import one_thread_per_child, rss_mb
 from .rundir import ConfigError, default_run_dir, new_meta, now_iso, resolve_new, resolve_resume, versions
-from .shared import STAT, HogwildLink, SharedState
+from .shared import STAT, HogwildLink, SharedState, in_process_context
 from .worker import Worker, worker_main, worker_seed
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
@@ -44,11 +42,6 @@ def _all_finite(tensors: dict[str, torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in tensors.values())
 
 
-def _serial_context() -> SimpleNamespace:
-    """Stand-ins for a multiprocessing context when everything runs in this process."""
-    return SimpleNamespace(Event=threading.Event, Queue=queue_lib.Queue)
-
-
 class Trainer:
     def __init__(self, cfg: Config, env_info: EnvInfo, run_dir: Path, resume: dict | None, argv: list[str], log=print):
         self.cfg = cfg
@@ -58,7 +51,7 @@ class Trainer:
         self.argv = argv
         self.log = log
         self.serial = cfg.num_workers == 0
-        self.ctx = _serial_context() if self.serial else mp.get_context(cfg.start_method)
+        self.ctx = in_process_context() if self.serial else mp.get_context(cfg.start_method)
         self.stop_reason: str | None = None
         self.exit_code = EXIT_OK
         self.signals_seen = 0

@@ -1,8 +1,6 @@
 """The plot command, the notebook (executed headless) and the evaluation CLI on a tiny real run."""
 import json
 import os
-import sys
-from pathlib import Path
 
 import nbformat
 import pytest
