@@ -151,9 +151,13 @@ class Trainer:
         self._register_child("evaluator", proc)
 
     def _register_child(self, name: str, proc: Any) -> None:
-        """Track the child; its pid goes into meta.json so a person (or a benchmark) can find it."""
+        """Track the child; its pid goes into meta.json (see `_publish_pids`) so a person, or a
+        benchmark, can find it."""
         self.processes[name] = proc
         self.meta_session.setdefault("pids", {})[name] = proc.pid
+
+    def _publish_pids(self) -> None:
+        """One meta.json write for a batch of started children, not one fsynced write each."""
         write_json(self.run_dir / "meta.json", self.meta)
 
     def _check_children(self) -> None:
@@ -166,6 +170,7 @@ class Trainer:
                 self.worker_restarts += 1
                 self.log(f"{name} {how}; restarting it ({self.worker_restarts}/{self.cfg.max_worker_restarts})")
                 self._start_worker(int(name.split()[1]))
+                self._publish_pids()
             else:
                 self._fail(f"{name} {how}")
 
@@ -467,6 +472,7 @@ class Trainer:
             self._start_evaluator()
         for rank in range(self.cfg.num_workers):
             self._start_worker(rank)
+        self._publish_pids()
         while self.stop_reason is None:
             self.supervise()
             time.sleep(SUPERVISE_PERIOD_S)
