@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train test test-slow smoke bench-throughput bench-cartpole bench-pong plot notebook clean
+.PHONY: install train test test-slow smoke bench-throughput bench-cartpole bench-pong bench-pong-compare plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ bench-cartpole: $(STAMP)
 
 bench-pong: $(STAMP)
 	$(PY) experiments/bench_pong.py $(ARGS)
+
+bench-pong-compare: $(STAMP)
+	$(PY) experiments/bench_pong_compare.py $(ARGS)
 
 notebook: $(STAMP)
 	$(PY) -m pip install -q -e '.[notebook]'

@@ -74,23 +74,27 @@ def _band(curves: list[tuple[np.ndarray, np.ndarray]]):
     return grid, np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
 
 
-def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = None):
+def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = None, labels: list[str] | None = None):
+    """`labels`, one per run, draws each run as its own line under that name instead of grouping
+    seeds of one config (runs of different code share a config)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     runs = [load_run(d) for d in run_dirs]
-    groups = group_by_config(runs)
+    if labels is not None and len(labels) != len(runs):
+        raise ValueError(f"{len(labels)} labels for {len(runs)} runs")
+    groups = {label: [run] for label, run in zip(labels, runs)} if labels else group_by_config(runs)
     keys_that_differ = sorted({
         k for run in runs for k in run["config"]
         if k not in NOT_PART_OF_THE_EXPERIMENT and len({repr(r["config"].get(k)) for r in runs}) > 1
     })
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for (axis, x, xlabel) in ((axes[0], "global_step", "agent steps"), (axes[1], "time_s", "wall time (s)")):
-        for i, group in enumerate(groups.values()):
+        for i, (key, group) in enumerate(groups.items()):
             color = f"C{i}"
-            label = _label(group, keys_that_differ)
+            label = key if labels else _label(group, keys_that_differ)
             for run in group:
                 tx, ty = train_curve(run, x)
                 axis.plot(tx, ty, color=color, alpha=0.2, linewidth=0.8)
@@ -122,13 +126,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     parser.add_argument("--out", default="curves.png", help="PNG file to write (default: curves.png)")
     parser.add_argument("--title", help="figure title")
+    parser.add_argument("--labels", nargs="+", help="one name per RUN_DIR, each run drawn on its own")
     args = parser.parse_args(argv)
+    if args.labels and len(args.labels) != len(args.run_dirs):
+        print(f"error: --labels: {len(args.labels)} names for {len(args.run_dirs)} run directories; give one per RUN_DIR", file=sys.stderr)
+        return 2
     for run_dir in args.run_dirs:
         if not (Path(run_dir) / "config.json").is_file():
             print(f"error: {run_dir}: not a run directory (no config.json there)", file=sys.stderr)
             return 2
     try:
-        out = plot_runs(args.run_dirs, args.out, args.title)
+        out = plot_runs(args.run_dirs, args.out, args.title, args.labels)
     except ImportError as exc:
         print(f"error: plotting needs pandas and matplotlib: pip install -e '.[plot]' ({exc})", file=sys.stderr)
         return 2
