@@ -33,6 +33,14 @@ def group_by_config(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]
     return groups
 
 
+def labelled_groups(runs: list[dict[str, Any]], labels: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """One group per run under the given name, for runs whose configs match but whose code
+    differs (a comparison of commits, say), which `group_by_config` would merge as seeds."""
+    if len(labels) != len(runs) or len(set(labels)) != len(labels):
+        raise ValueError(f"need one distinct label per run: {len(labels)} labels for {len(runs)} runs")
+    return {label: [run] for label, run in zip(labels, runs)}
+
+
 def _label(group: list[dict[str, Any]], distinct: list[str]) -> str:
     config = group[0]["config"]
     parts = [f"{k}={config.get(k)}" for k in distinct] or [config.get("env", "?")]
@@ -83,9 +91,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
     import matplotlib.pyplot as plt
 
     runs = [load_run(d) for d in run_dirs]
-    if labels is not None and len(labels) != len(runs):
-        raise ValueError(f"{len(labels)} labels for {len(runs)} runs")
-    groups = {label: [run] for label, run in zip(labels, runs)} if labels else group_by_config(runs)
+    groups = labelled_groups(runs, labels) if labels else group_by_config(runs)
     keys_that_differ = sorted({
         k for run in runs for k in run["config"]
         if k not in NOT_PART_OF_THE_EXPERIMENT and len({repr(r["config"].get(k)) for r in runs}) > 1

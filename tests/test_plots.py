@@ -39,6 +39,19 @@ def test_seeds_of_one_config_are_grouped(tiny_runs):
     assert sorted(len(g) for g in groups.values()) == [1, 2]
 
 
+def test_labels_draw_each_run_on_its_own(tiny_runs, tmp_path, capsys):
+    from hogwild_a3c.logs import load_run
+
+    runs = [load_run(r) for r in tiny_runs]
+    groups = plot.labelled_groups(runs, ["before", "after", "other"])
+    assert {k: [r["name"] for r in g] for k, g in groups.items()} == {"before": ["s1"], "after": ["s2"], "other": ["other"]}
+    out = tmp_path / "labelled.png"
+    assert plot.main([*map(str, tiny_runs), "--out", str(out), "--labels", "before", "after", "other"]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot.main([*map(str, tiny_runs), "--out", str(out), "--labels", "a", "b"]) == 2
+    assert "--labels: 2 names for 3 run directories" in capsys.readouterr().err
+
+
 def test_plot_rejects_a_folder_that_is_not_a_run(tmp_path, capsys):
     assert plot.main([str(tmp_path), "--out", str(tmp_path / "x.png")]) == 2
     assert "not a run directory" in capsys.readouterr().err
