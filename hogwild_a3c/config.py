@@ -22,7 +22,7 @@ class Config:
     )
     # Processes
     num_workers: int = _opt(None, "worker processes; 0 runs one worker in the main process (serial, repeatable); default: one per core")
-    envs_per_worker: int = _opt(1, "environments each worker steps, acting on them as one batch")
+    envs_per_worker: int = _opt(1, "environments each worker steps, acting on them as one batch; a worker then updates once per envs x rollout steps, so raise --lr with it (Pong, 8 envs: 4e-4)")
     seed: int = _opt(0, "seed of the model initialisation, the workers and the environments")
     start_method: str = _opt("spawn", "how children start (fork is unsafe with a warm OpenMP pool)", choices=["spawn", "forkserver"])
     # Budgets
