@@ -37,7 +37,7 @@ def worktree_for(commit: str) -> Path:
     return path
 
 
-def finished(run_dir: Path, max_steps: int) -> bool:
+def finished(run_dir: Path) -> bool:
     meta = run_dir / "meta.json"
     if not meta.is_file():
         return False
@@ -96,7 +96,7 @@ def main():
     if not args.report_only:
         for name in args.variants:
             run_dir = base / name
-            if finished(run_dir, args.max_steps) and not args.rerun:
+            if finished(run_dir) and not args.rerun:
                 print(f"{name}: finished run in {run_dir}, not run again (--rerun to force)")
                 continue
             if run_dir.exists():

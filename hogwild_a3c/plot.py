@@ -134,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--title", help="figure title")
     parser.add_argument("--labels", nargs="+", help="one name per RUN_DIR, each run drawn on its own")
     args = parser.parse_args(argv)
-    if args.labels and len(args.labels) != len(args.run_dirs):
-        print(f"error: --labels: {len(args.labels)} names for {len(args.run_dirs)} run directories; give one per RUN_DIR", file=sys.stderr)
+    if args.labels and (len(args.labels) != len(args.run_dirs) or len(set(args.labels)) != len(args.labels)):
+        print(f"error: --labels: {len(args.labels)} names for {len(args.run_dirs)} run directories; give one distinct name per RUN_DIR",
+              file=sys.stderr)
         return 2
     for run_dir in args.run_dirs:
         if not (Path(run_dir) / "config.json").is_file():

@@ -50,6 +50,8 @@ def test_labels_draw_each_run_on_its_own(tiny_runs, tmp_path, capsys):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plot.main([*map(str, tiny_runs), "--out", str(out), "--labels", "a", "b"]) == 2
     assert "--labels: 2 names for 3 run directories" in capsys.readouterr().err
+    assert plot.main([*map(str, tiny_runs), "--out", str(out), "--labels", "a", "a", "b"]) == 2
+    assert "one distinct name per RUN_DIR" in capsys.readouterr().err
 
 
 def test_plot_rejects_a_folder_that_is_not_a_run(tmp_path, capsys):
