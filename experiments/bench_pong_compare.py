@@ -17,12 +17,12 @@ import csv
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-import pandas as pd
-
 from benchlib import REPO, RESULTS, RUNS, header, load_config, markdown_table, run_trainer
+
+from hogwild_a3c.logs import load_run
+from hogwild_a3c.plot import eval_curve, plot_runs
 
 # A commit variant runs its own code; every thread pool is held to one thread from outside
 # because commits before 04e9cd1 did not do it for their children.
@@ -48,26 +48,22 @@ def finished(run_dir: Path) -> bool:
 def run_variant(variant: dict, config: dict, run_dir: Path, max_steps: int) -> None:
     args = ["--env", config["env"], *config["flags"], *variant["flags"], "--seed", config["seed"],
             "--max-steps", max_steps, "--no-progress", "--run-dir", run_dir]
-    if "commit" not in variant:
+    if "commit" in variant:
+        run_trainer(args, cwd=worktree_for(variant["commit"]), env={**os.environ, **ONE_THREAD})
+    else:
         run_trainer(args)
-        return
-    tree = worktree_for(variant["commit"])
-    command = [sys.executable, "-m", "hogwild_a3c.train", *map(str, args)]
-    print(f"$ (in {tree.relative_to(REPO)})", " ".join(command[1:]), flush=True)
-    subprocess.run(command, cwd=tree, env={**os.environ, **ONE_THREAD})
 
 
 def summarise(name: str, variant: dict, run_dir: Path, report_at: list[int]) -> dict:
-    meta = json.loads((run_dir / "meta.json").read_text())
-    episodes = pd.read_csv(run_dir / "episodes.csv").sort_values("global_step")
-    evals = pd.read_csv(run_dir / "eval.csv")
-    per_eval = evals.groupby(["global_step", "time_s"], as_index=False)["episode_return"].mean().sort_values("global_step")
+    run = load_run(run_dir)
+    episodes = run["episodes"].sort_values("global_step")
+    eval_steps, eval_means = eval_curve(run, "global_step")
     last = episodes.iloc[-1]
     # Rate after the first tenth of the steps, so start-up does not count.
     settled = episodes[episodes["global_step"] >= 0.1 * last["global_step"]].iloc[0]
     row = {
         "variant": name,
-        "commit": str(meta.get("git_commit") or "")[:7],
+        "commit": str(run["meta"].get("git_commit") or "")[:7],
         "flags": " ".join(variant["flags"]) or "-",
         "steps": int(last["global_step"]),
         "steps_per_s": float((last["global_step"] - settled["global_step"]) / max(last["time_s"] - settled["time_s"], 1e-9)),
@@ -77,8 +73,8 @@ def summarise(name: str, variant: dict, run_dir: Path, report_at: list[int]) -> 
         before = episodes[episodes["global_step"] <= step].tail(50)
         row[f"train_{step // 1000}k"] = float(before["episode_return"].mean()) if len(before) else float("nan")
     for step in report_at:
-        before = per_eval[per_eval["global_step"] <= step]
-        row[f"eval_{step // 1000}k"] = float(before["episode_return"].iloc[-1]) if len(before) else float("nan")
+        made = eval_means[eval_steps <= step]
+        row[f"eval_{step // 1000}k"] = float(made[-1]) if len(made) else float("nan")
     return row
 
 
@@ -107,7 +103,6 @@ def main():
         print(f"no runs under {base} yet")
         return
     rows = [summarise(name, variants[name], run_dir, config["report_at_steps"]) for name, run_dir in done]
-    from hogwild_a3c.plot import plot_runs
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot_runs([d for _, d in done], RESULTS / "pong_compare.png",

@@ -55,7 +55,10 @@ def markdown_table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-def run_trainer(args: list[str], timeout: float | None = None) -> int:
+def run_trainer(args: list[str], timeout: float | None = None, cwd: Path = REPO, env: dict | None = None) -> int:
+    """`python -m hogwild_a3c.train ARGS` from `cwd`, whose own `hogwild_a3c` is the one run
+    (a worktree of another commit, say)."""
     command = [sys.executable, "-m", "hogwild_a3c.train", *map(str, args)]
-    print("$", " ".join(command[1:]), flush=True)
-    return subprocess.run(command, cwd=REPO, timeout=timeout).returncode
+    where = "" if cwd == REPO else f" (in {cwd.relative_to(REPO)})"
+    print(f"${where}", " ".join(command[1:]), flush=True)
+    return subprocess.run(command, cwd=cwd, timeout=timeout, env=env).returncode
