@@ -59,23 +59,24 @@ def _acting_process(env_id, env_kwargs, envs, seconds, warmup, barrier, out, ran
     from hogwild_a3c.config import Config
     from hogwild_a3c.envs import describe_env, register_atari
     from hogwild_a3c.model import build_model
-    from hogwild_a3c.shared import HogwildLink, SharedState, in_process_context
+    from hogwild_a3c.reports import InProcessReports
+    from hogwild_a3c.shared import HogwildLink, SharedState
     from hogwild_a3c.worker import Worker
 
     register_atari()
     cfg = Config(env=env_id, env_kwargs=env_kwargs, envs_per_worker=envs)
     info = describe_env(env_id, env_kwargs)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg.lstm_size), 1, "adam", 1e-4, in_process_context())
-    worker = Worker(0, cfg, info, HogwildLink(shared, 0), seed=rank)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg.lstm_size), 1, "adam", 1e-4)
+    reports = InProcessReports()
+    worker = Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=rank)
     barrier.wait()
 
     def run_for(duration):
         steps, start = 0, time.time()
         while time.time() - start < duration:
-            worker._act()
+            worker.collect()  # acting only: the worker's own loop without the update
             steps += cfg.rollout_steps * envs
-            while not shared.queue.empty():
-                shared.queue.get_nowait()
+            reports.read()
         return steps / (time.time() - start)
 
     run_for(warmup)

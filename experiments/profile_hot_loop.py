@@ -31,24 +31,27 @@ def main():
     from hogwild_a3c.config import Config
     from hogwild_a3c.envs import describe_env, parse_env_kwargs, register_atari
     from hogwild_a3c.model import build_model
-    from hogwild_a3c.shared import HogwildLink, SharedState, in_process_context
-    from hogwild_a3c.worker import Worker
+    from hogwild_a3c.reports import InProcessReports
+    from hogwild_a3c.shared import HogwildLink, SharedState
+    from hogwild_a3c.worker import Rollout, Worker
 
     register_atari()
     config = load_config("throughput")
     cfg = Config(env=config["env"], env_kwargs=parse_env_kwargs(config["env_kwargs"]), envs_per_worker=args.envs_per_worker)
     info = describe_env(cfg.env, cfg.env_kwargs)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg.lstm_size), 1, "adam", cfg.lr, in_process_context())
-    worker = Worker(0, cfg, info, HogwildLink(shared, 0), seed=0)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg.lstm_size), 1, "adam", cfg.lr)
+    reports = InProcessReports()
+    worker = Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=0)
 
-    def learn_phases():
-        """Worker._learn, cut at each phase boundary; yields after each phase."""
-        returns, advantages = rollout_targets(worker.rewards, worker.values, worker.dones, worker.done_values,
-                                              last_values, cfg.gamma, cfg.gae_lambda)
+    def learn_phases(rollout: Rollout):
+        """Worker.learn, cut at each phase boundary; yields after each phase."""
+        returns, advantages = rollout_targets(rollout.rewards, rollout.values, rollout.dones, rollout.done_values,
+                                              rollout.last_values, cfg.gamma, cfg.gae_lambda)
         yield "targets"
-        logits, values = worker.model.replay(torch.from_numpy(worker.obs_buf), start_state, torch.from_numpy(worker.resets))
+        logits, values = worker.model.replay(torch.from_numpy(rollout.obs), rollout.start_state,
+                                             torch.from_numpy(rollout.resets))
         yield "replay forward"
-        loss = a3c_loss(logits.flatten(0, 1), values.flatten(), torch.from_numpy(worker.actions).flatten(),
+        loss = a3c_loss(logits.flatten(0, 1), values.flatten(), torch.from_numpy(rollout.actions).flatten(),
                         torch.from_numpy(advantages).flatten(), torch.from_numpy(returns).flatten(),
                         value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef)
         yield "loss"
@@ -57,7 +60,7 @@ def main():
         yield "backward"
         torch.nn.utils.clip_grad_norm_(worker.model.parameters(), cfg.max_grad_norm)
         yield "clip"
-        worker.link.push(worker.model, worker.optimizer)
+        worker.link.push(worker.model)
         yield "push (hand-off + Adam)"
 
     times: dict[str, list[float]] = {}
@@ -65,15 +68,11 @@ def main():
         marks = [("start", time.perf_counter())]
         worker.link.pull(worker.model)
         marks.append(("pull", time.perf_counter()))
-        start_state = (worker.state[0].clone(), worker.state[1].clone())
-        worker.dones[:] = False
-        worker.resets[:] = False
-        last_values = worker._act()
+        rollout = worker.collect()
         marks.append((f"act ({cfg.rollout_steps} steps x {cfg.envs_per_worker} envs)", time.perf_counter()))
-        for phase in learn_phases():
+        for phase in learn_phases(rollout):
             marks.append((phase, time.perf_counter()))
-        while not shared.queue.empty():
-            shared.queue.get_nowait()
+        reports.read()
         if rollout >= 20:  # warm-up rollouts are not counted
             for (_, before), (name, after) in zip(marks, marks[1:]):
                 times.setdefault(name, []).append((after - before) * 1e3)
@@ -89,7 +88,7 @@ def main():
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(50):
-            for _phase in learn_phases():
+            for _phase in learn_phases(rollout):
                 pass
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 

@@ -1,17 +1,30 @@
-"""Checkpoints that survive a kill at any instant.
+"""Checkpoints: the one owner of their format, and files that survive a kill at any instant.
 
 Each save writes `ckpt-<step>.pt` through a temp file (flush, fsync, `os.replace`), then points
-`latest.pt` at it the same way, and prunes old numbered files. A checkpoint holds only tensors
-and plain types, so it loads with `torch.load(weights_only=True)`: no code runs on load.
+`latest.pt` at it the same way, and prunes old numbered files. `best.pt` (the best evaluated
+policy) is written by `save_best`. A checkpoint holds only tensors and plain types, so it loads
+with `torch.load(weights_only=True)`: no code runs on load.
+
+A training checkpoint (`training_payload` / `restore_training`) holds the model, every worker's
+Adam statistics (or the one shared set), the step and fault counters, the elapsed time, the
+session number, the best evaluation return and the config.
 """
 from __future__ import annotations
 
+import errno
+import json
+import math
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .shared import SharedState
 
 FORMAT = "hogwild_a3c/checkpoint-v1"
 NUMBERED = re.compile(r"^ckpt-(\d+)\.pt$")
@@ -46,11 +59,22 @@ def atomic_save(payload: dict[str, Any], path: str | os.PathLike) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:
+        raise CheckpointError(_write_failure(path, exc)) from None
     finally:
-        if tmp.exists():
+        if tmp.is_symlink() or tmp.exists():
             tmp.unlink()
     _fsync_dir(path.parent)
     return path
+
+
+def _write_failure(path: Path, exc: BaseException) -> str:
+    # torch reports a short write on a full disk as "enforce fail ... unexpected pos".
+    if (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or "unexpected pos" in str(exc):
+        return f"no space left on device while writing {path}"
+    if isinstance(exc, OSError):
+        return f"cannot write {path}: {exc.strerror or exc}"
+    return f"cannot write {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
 def _point_latest(target: Path) -> None:
@@ -92,17 +116,34 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint file")
+    if _is_json(path):  # config.json or meta.json given by mistake: not a damaged checkpoint
+        raise CheckpointError(f"{path}: not a checkpoint (a JSON file; checkpoints are the .pt files in checkpoints/)")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not usable"
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        # torch's weights-only refusal is a long lecture; its one informative line starts "Unsupported".
-        reason = next((line for line in lines if line.startswith(("Unsupported", "WeightsUnpickler error: Unsupported"))),
-                      lines[0] if lines else type(exc).__name__)
+        text = str(exc)
+        # A pickle naming a Python global (a class, a function) would run code on a full load.
+        if re.search(r"unsupported global", text, re.IGNORECASE):
+            raise CheckpointError(
+                f"{path}: refused: not a weights-only checkpoint (it holds Python objects whose loading "
+                "could run code); only files written by hogwild_a3c are accepted"
+            ) from None
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        reason = lines[0] if lines else type(exc).__name__
         raise CheckpointError(f"{path}: not a readable checkpoint (corrupt or truncated: {reason[:160]})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a hogwild_a3c checkpoint (expected format {FORMAT!r})")
     return payload
+
+
+def _is_json(path: Path) -> bool:
+    if path.stat().st_size > 1 << 20:
+        return False
+    try:
+        json.loads(path.read_bytes())
+    except ValueError:
+        return False
+    return True
 
 
 def load_latest(folder: str | os.PathLike, warn=print) -> tuple[dict[str, Any], Path]:
@@ -124,3 +165,98 @@ def load_latest(folder: str | os.PathLike, warn=print) -> tuple[dict[str, Any], 
     if errors:
         raise CheckpointError("; ".join(errors))
     raise CheckpointError(f"{folder}: no checkpoint found (expected latest.pt or ckpt-*.pt)")
+
+
+# -- the payloads -----------------------------------------------------------------------------
+
+def save_best(run_dir: str | os.PathLike, model: torch.nn.Module, global_step: int, mean_return: float, cfg: "Config") -> Path:
+    """checkpoints/best.pt: the policy with the best mean evaluation return so far."""
+    payload = {
+        "format": FORMAT,
+        "kind": "best",
+        "model": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "global_step": int(global_step),
+        "eval_mean_return": float(mean_return),
+        "config": cfg.to_dict(),
+    }
+    return atomic_save(payload, Path(run_dir) / "checkpoints" / "best.pt")
+
+
+def training_payload(
+    weights: dict[str, torch.Tensor], shared: "SharedState", cfg: "Config", progress: "Progress"
+) -> dict[str, Any]:
+    """What `save_checkpoint` writes: `weights` is a snapshot already checked to be finite."""
+    from .rundir import versions
+
+    return {
+        "kind": "training",
+        "model": weights,
+        "optimizer": {
+            "kind": cfg.optimizer,
+            "states": [
+                {
+                    "step": s["step"].clone(),
+                    "exp_avg": [t.clone() for t in s["exp_avg"]],
+                    "exp_avg_sq": [t.clone() for t in s["exp_avg_sq"]],
+                }
+                for s in shared.optimizer_states
+            ],
+        },
+        "global_step": progress.global_step,
+        "elapsed_s": progress.elapsed_s,
+        "session": progress.session,
+        "best_eval_return": progress.best_eval_return,
+        "counters": dict(progress.counters),
+        "config": cfg.to_dict(),
+        "versions": versions(),
+    }
+
+
+@dataclass
+class Progress:
+    """Where a run stands: what a training checkpoint records besides tensors."""
+
+    global_step: int = 0
+    elapsed_s: float = 0.0
+    session: int = 0
+    best_eval_return: float = -math.inf
+    counters: dict[str, int] | None = None
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> "Progress":
+        return cls(
+            global_step=int(payload["global_step"]),
+            elapsed_s=float(payload["elapsed_s"]),
+            session=int(payload["session"]),
+            best_eval_return=float(payload["best_eval_return"]),
+            counters={k: int(v) for k, v in payload["counters"].items()},
+        )
+
+
+def check_training_payload(payload: dict[str, Any], path: Path, model: torch.nn.Module) -> None:
+    """One line naming the file when a checkpoint cannot restore `model`'s training state."""
+    missing = [k for k in ("model", "optimizer", "global_step", "elapsed_s", "session", "best_eval_return", "counters")
+               if k not in payload]
+    if missing:
+        raise CheckpointError(f"{path}: not a training checkpoint (no {', '.join(missing)})")
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    saved = payload["model"]
+    if not isinstance(saved, dict) or {k: tuple(getattr(v, "shape", ())) for k, v in saved.items()} != expected:
+        raise CheckpointError(f"{path}: its model does not fit this config (another --lstm-size, env or model?)")
+
+
+@torch.no_grad()
+def restore_training(shared: "SharedState", payload: dict[str, Any]) -> Progress:
+    """Load a training checkpoint into fresh shared state; returns where the run stood."""
+    shared.model.load_state_dict(payload["model"])
+    saved_states = payload["optimizer"]["states"]
+    for i, state in enumerate(shared.optimizer_states):
+        # More workers than before: the new ones start with the statistics of an old one.
+        saved = saved_states[i % len(saved_states)]
+        state["step"].copy_(saved["step"])
+        for key in ("exp_avg", "exp_avg_sq"):
+            for dst, src in zip(state[key], saved[key]):
+                dst.copy_(src)
+    progress = Progress.from_payload(payload)
+    shared.base_step[0] = progress.global_step
+    return progress

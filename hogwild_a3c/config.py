@@ -1,5 +1,12 @@
-"""The run configuration: one dataclass whose field docs are the `--help` text, and one validator
-that reports every problem at once, before any process starts."""
+"""The run configuration: one dataclass whose field docs are the `--help` text, one validator
+that reports every problem at once before any process starts, and `config_from_dict`, the one
+way a saved config (config.json, a checkpoint's copy) becomes a `Config` again.
+
+Each field says in its metadata whether it may change when a run is resumed (`resumable`:
+budgets, schedules, process layout, nothing that changes what an update computes) and whether
+it is part of the experiment (`experiment`: runs that differ only in the others are the same
+experiment, drawn as seeds of one curve by `plot`).
+"""
 from __future__ import annotations
 
 import argparse
@@ -9,8 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-def _opt(default: Any, help: str, **argparse_kwargs: Any) -> Any:
-    return field(default=default, metadata={"help": help, **argparse_kwargs})
+def _opt(default: Any, help: str, resumable: bool = False, experiment: bool = True, **argparse_kwargs: Any) -> Any:
+    return field(default=default, metadata={"help": help, "resumable": resumable, "experiment": experiment, **argparse_kwargs})
+
+
+def _run(default: Any, help: str, **argparse_kwargs: Any) -> Any:
+    """A field about how this run is carried out, not what it computes: resumable, not part of the experiment."""
+    return _opt(default, help, resumable=True, experiment=False, **argparse_kwargs)
 
 
 @dataclass
@@ -21,14 +33,14 @@ class Config:
         None, "extra keyword arguments for gymnasium.make, as KEY=VALUE (VALUE a Python literal)", nargs="*"
     )
     # Processes
-    num_workers: int = _opt(None, "worker processes; 0 runs one worker in the main process (serial, repeatable); default: one per core")
+    num_workers: int | None = _opt(None, "worker processes; 0 runs one worker in the main process (serial, repeatable); default: one per core", resumable=True)
     envs_per_worker: int = _opt(1, "environments each worker steps, acting on them as one batch; a worker then updates once per envs x rollout steps, so raise --lr with it (Pong, 8 envs: 4e-4)")
-    seed: int = _opt(0, "seed of the model initialisation, the workers and the environments")
-    start_method: str = _opt("spawn", "how children start (fork is unsafe with a warm OpenMP pool)", choices=["spawn", "forkserver"])
+    seed: int = _opt(0, "seed of the model initialisation, the workers and the environments", experiment=False)
+    start_method: str = _run("spawn", "how children start (fork is unsafe with a warm OpenMP pool)", choices=["spawn", "forkserver"])
     # Budgets
-    max_steps: int = _opt(None, "stop after this many agent steps, summed over workers (total, across resumes)")
-    max_seconds: float = _opt(None, "stop after this many seconds of run time (total, across resumes)")
-    target_return: float = _opt(None, "stop once the mean of the last --eval-episodes evaluation returns reaches this")
+    max_steps: int | None = _run(None, "stop after this many agent steps, summed over workers (total, across resumes)")
+    max_seconds: float | None = _run(None, "stop after this many seconds of run time (total, across resumes)")
+    target_return: float | None = _run(None, "stop once the mean of the last --eval-episodes evaluation returns reaches this")
     # Algorithm (the seed's values)
     rollout_steps: int = _opt(20, "steps per environment between updates")
     gamma: float = _opt(0.99, "discount factor")
@@ -40,34 +52,83 @@ class Config:
     optimizer: str = _opt("adam", "adam: each worker its own Adam statistics (the seed); shared-adam: one set in shared memory", choices=["adam", "shared-adam"])
     lstm_size: int = _opt(256, "LSTM hidden units")
     # Evaluation and logging
-    eval_interval: float = _opt(60.0, "seconds between evaluations of the shared policy")
-    eval_episodes: int = _opt(5, "episodes per evaluation; 0 starts no evaluator")
-    progress_interval: float = _opt(5.0, "seconds between progress.csv rows")
-    checkpoint_interval: float = _opt(300.0, "seconds between checkpoints/latest.pt saves")
-    keep_checkpoints: int = _opt(3, "numbered checkpoints kept besides latest.pt and best.pt")
-    run_dir: str = _opt(None, "run directory; default runs/<env>/<timestamp>-s<seed>")
-    no_progress: bool = _opt(False, "no tqdm progress bar (logs still go to the run directory)")
-    tensorboard: bool = _opt(False, "also write TensorBoard event files (needs the `tensorboard` extra)")
+    eval_interval: float = _run(60.0, "seconds between evaluations of the shared policy")
+    eval_episodes: int = _opt(5, "episodes per evaluation; 0 starts no evaluator", resumable=True)
+    progress_interval: float = _run(5.0, "seconds between progress.csv rows")
+    checkpoint_interval: float = _run(300.0, "seconds between checkpoints/latest.pt saves")
+    keep_checkpoints: int = _run(3, "numbered checkpoints kept besides latest.pt and best.pt")
+    run_dir: str | None = _opt(None, "run directory (default: runs/<env>/<timestamp>-s<seed>)", experiment=False)
+    no_progress: bool = _run(False, "no tqdm progress bar (logs still go to the run directory)")
+    tensorboard: bool = _run(False, "also write TensorBoard event files (needs the `tensorboard` extra)")
     # Faults
-    max_worker_restarts: int = _opt(0, "restart a dead worker up to this many times in all, instead of stopping the run")
-    stall_timeout: float = _opt(120.0, "report a worker that made no progress for this many seconds")
-    max_env_errors: int = _opt(10, "consecutive environment exceptions a worker survives (env recreated, rollout dropped)")
+    max_worker_restarts: int = _run(0, "restart a dead worker up to this many times in all, instead of stopping the run")
+    stall_timeout: float = _run(120.0, "report a worker or the evaluator that made no progress for this many seconds after it started")
+    max_env_errors: int = _run(10, "consecutive environment exceptions a worker survives (env recreated, rollout dropped)")
+    max_evaluator_restarts: int = _run(3, "restart a dead evaluator up to this many times in all; once more stops the run")
+    max_skipped_updates: int = _run(100, "stop the run when a worker skips this many updates in a row (non-finite loss or gradient)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-# Flags that may differ when a run is resumed: budgets and process layout, nothing that changes
-# what one update computes.
-RESUMABLE_OVERRIDES = {
-    "num_workers", "start_method", "max_steps", "max_seconds", "target_return", "eval_interval",
-    "eval_episodes", "progress_interval", "checkpoint_interval", "keep_checkpoints", "no_progress",
-    "tensorboard", "max_worker_restarts", "stall_timeout", "max_env_errors",
-}
+def resumable_fields() -> set[str]:
+    return {f.name for f in dataclasses.fields(Config) if f.metadata["resumable"]}
 
 
-def _flag(name: str) -> str:
+def experiment_fields() -> set[str]:
+    return {f.name for f in dataclasses.fields(Config) if f.metadata["experiment"]}
+
+
+def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict}
+
+
+def _base_type(f: dataclasses.Field) -> tuple[type, bool]:
+    """(type, optional) of a field from its annotation, e.g. "int | None" -> (int, True)."""
+    annotation = f.type if isinstance(f.type, str) else f.type.__name__
+    parts = [p.strip() for p in annotation.split("|")]
+    return _TYPES[next(p for p in parts if p != "None")], "None" in parts
+
+
+def _fits(value: Any, type_: type, optional: bool) -> bool:
+    if value is None:
+        return optional or type_ is dict
+    if type_ is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if type_ is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, type_)
+
+
+def config_from_dict(data: Any, source: str) -> Config:
+    """A saved config back as a `Config`, checked like the command line; raises ValueError with
+    one line per problem, each naming `source`. A field missing from an older file takes its
+    default when it is not part of the experiment; a missing experiment field is an error."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected a JSON object of settings, found {type(data).__name__}")
+    values, errors = {}, []
+    for f in dataclasses.fields(Config):
+        if f.name not in data:
+            if f.metadata["experiment"]:
+                errors.append(f"{source}: missing setting '{f.name}'")
+            continue
+        type_, optional = _base_type(f)
+        value = data[f.name]
+        if not _fits(value, type_, optional):
+            errors.append(f"{source}: '{f.name}' must be {'a' if type_ is not int else 'an'} {type_.__name__}"
+                          f"{' or null' if optional else ''} (got {value!r})")
+            continue
+        values[f.name] = float(value) if type_ is float and value is not None else value
+    if errors:
+        raise ValueError("\n".join(errors))
+    cfg = Config(**values)
+    problems = validate(cfg, resuming=True)
+    if problems:
+        raise ValueError("\n".join(f"{source}: {line}" for line in problems))
+    return cfg
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,16 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
         argument_default=argparse.SUPPRESS,  # so that flags the user actually gave can be told apart
     )
     for f in dataclasses.fields(Config):
-        kwargs = {k: v for k, v in f.metadata.items()}
+        kwargs = {k: v for k, v in f.metadata.items() if k not in ("resumable", "experiment")}
         help_text = kwargs.pop("help")
         if f.type in ("bool", bool):
-            parser.add_argument(_flag(f.name), action="store_true", help=help_text)
+            parser.add_argument(flag_name(f.name), action="store_true", help=help_text)
             continue
-        type_ = {"int": int, "float": float, "str": str, "dict": str}[f.type if isinstance(f.type, str) else f.type.__name__]
+        type_, _ = _base_type(f)
+        type_ = str if type_ is dict else type_
         metavar = "KEY=VALUE" if f.name == "env_kwargs" else None
         if "default:" not in help_text:
             help_text += f" (default: {'none' if f.default is None else f.default})"
-        parser.add_argument(_flag(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)
+        parser.add_argument(flag_name(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     return parser
 
@@ -97,7 +159,7 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
 
     def need(ok: bool, flag: str, valid: str, value: Any) -> None:
         if not ok:
-            errors.append(f"{_flag(flag)} must be {valid} (got {value!r})")
+            errors.append(f"{flag_name(flag)} must be {valid} (got {value!r})")
 
     need(cfg.num_workers is None or cfg.num_workers >= 0, "num_workers", "an integer >= 0", cfg.num_workers)
     need(cfg.envs_per_worker >= 1, "envs_per_worker", "an integer >= 1", cfg.envs_per_worker)
@@ -120,9 +182,12 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(cfg.max_worker_restarts >= 0, "max_worker_restarts", "an integer >= 0", cfg.max_worker_restarts)
     need(cfg.stall_timeout > 0, "stall_timeout", "a positive number of seconds", cfg.stall_timeout)
     need(cfg.max_env_errors >= 0, "max_env_errors", "an integer >= 0", cfg.max_env_errors)
+    need(cfg.max_evaluator_restarts >= 0, "max_evaluator_restarts", "an integer >= 0", cfg.max_evaluator_restarts)
+    need(cfg.max_skipped_updates >= 1, "max_skipped_updates", "an integer >= 1", cfg.max_skipped_updates)
     if cfg.target_return is not None and cfg.eval_episodes == 0:
         errors.append("--target-return needs evaluations: give --eval-episodes >= 1")
-    if cfg.run_dir is not None and not resuming and os.path.isdir(cfg.run_dir) and os.listdir(cfg.run_dir):
+    # A lock file alone is what an interrupted start-up leaves: nothing of a run to protect.
+    if cfg.run_dir is not None and not resuming and os.path.isdir(cfg.run_dir) and set(os.listdir(cfg.run_dir)) - {".lock"}:
         errors.append(
             f"--run-dir {cfg.run_dir} already holds files; continue it with --resume {cfg.run_dir} or name a new folder"
         )

@@ -1,8 +1,9 @@
 """The evaluator: every --eval-interval seconds, snapshot the shared model, play --eval-episodes
-episodes, report them, and keep checkpoints/best.pt.
+episodes, report them, and keep checkpoints/best.pt (written by `checkpoint.save_best`).
 
-Between evaluations it blocks on the stop event with a timeout, so it costs nothing while idle
-and stops as soon as the run does. During an evaluation it checks the stop event every step.
+Between evaluations it sleeps in slices of `POLL_S`, checking the stop flag and beating its
+heartbeat; during an evaluation it does both every 64 steps. It holds no training state, so the
+supervisor restarts it when it dies.
 """
 from __future__ import annotations
 
@@ -13,12 +14,20 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .checkpoint import atomic_save, FORMAT
+from .checkpoint import save_best
 from .config import Config
 from .envs import EnvInfo, make_env
 from .model import ActorCritic, build_model
-from .shared import copy_weights
+from .shared import EvaluatorLink
 from .worker import sample_actions
+
+POLL_S = 0.2
+CHECK_EVERY_STEPS = 64
+
+
+def evaluator_seed(base_seed: int, session: int) -> int:
+    """Fresh per session, distinct from every worker's (see `worker.worker_seed`)."""
+    return base_seed + 7 + 1000 * session
 
 
 def play_episode(
@@ -30,7 +39,7 @@ def play_episode(
     on_frame: Callable[[], None] | None = None,
     seed: int | None = None,
 ) -> tuple[float, int] | None:
-    """Play one episode with the model; None if stopped before the end."""
+    """Play one episode with the model; None if `should_stop` (asked every 64 steps) said so."""
     obs, _ = env.reset(seed=seed)
     state = model.initial_state(1)
     total, length = 0.0, 0
@@ -47,70 +56,73 @@ def play_episode(
                 if on_frame is not None:
                     on_frame()
                 return total, length
-            if length % 64 == 0 and should_stop():
+            if length % CHECK_EVERY_STEPS == 0 and should_stop():
                 return None
 
 
 class Evaluator:
-    def __init__(self, cfg: Config, env_info: EnvInfo, shared_model: torch.nn.Module, run_dir: Path, best_return: float, seed: int):
+    def __init__(self, cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: Path, best_return: float, seed: int):
         self.cfg = cfg
-        self.shared_model = shared_model
+        self.link = link
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg.lstm_size)
         self.env = make_env(cfg.env, cfg.env_kwargs)
         self.rng = np.random.default_rng(seed)
         self.env.reset(seed=seed)  # seeds the env's generator once; later resets continue it
-        self.best_path = Path(run_dir) / "checkpoints" / "best.pt"
+        self.run_dir = Path(run_dir)
         self.best_return = best_return
 
-    def evaluate(self, global_step: int, time_s: float, should_stop: Callable[[], bool]) -> dict | None:
-        """One evaluation of a snapshot of the shared model; None if stopped part-way."""
-        copy_weights(self.model, self.shared_model)
+    def _alive_and_not_stopping(self) -> bool:
+        self.link.heartbeat()
+        return self.link.should_stop()
+
+    def evaluate(self) -> bool:
+        """Evaluate a snapshot of the shared model and report it; False if stopped part-way."""
+        self.link.snapshot(self.model)
+        global_step = self.link.global_step()
         episodes = []
         for _ in range(self.cfg.eval_episodes):
-            result = play_episode(self.model, self.env, self.rng, should_stop=should_stop)
+            result = play_episode(self.model, self.env, self.rng, should_stop=self._alive_and_not_stopping)
             if result is None:
-                return None
+                return False
             episodes.append(result)
         mean = float(np.mean([r for r, _ in episodes]))
         if mean > self.best_return:
             self.best_return = mean
-            self._save_best(global_step, mean)
-        return {"global_step": global_step, "time_s": time_s, "episodes": episodes, "mean_return": mean}
-
-    def _save_best(self, global_step: int, mean: float) -> None:
-        payload = {
-            "format": FORMAT,
-            "kind": "best",
-            "model": {k: v.clone() for k, v in self.model.state_dict().items()},
-            "global_step": global_step,
-            "eval_mean_return": mean,
-            "config": self.cfg.to_dict(),
-        }
-        atomic_save(payload, self.best_path)
+            save_best(self.run_dir, self.model, global_step, mean, self.cfg)
+        self.link.report_evaluation(global_step, episodes)
+        return True
 
     def close(self) -> None:
         self.env.close()
 
 
+def run_evaluator(cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: str, best_return: float, seed: int) -> None:
+    """The evaluator's whole life as a process of its own."""
+    evaluator = Evaluator(cfg, env_info, link, Path(run_dir), best_return, seed)
+    link.heartbeat()  # ready: the stall clock starts now
+    next_eval = time.monotonic() + cfg.eval_interval
+    try:
+        while not link.should_stop():
+            wait = next_eval - time.monotonic()
+            if wait > 0:
+                link.heartbeat()
+                time.sleep(min(POLL_S, wait))
+                continue
+            evaluator.evaluate()
+            next_eval = time.monotonic() + cfg.eval_interval
+    finally:
+        evaluator.close()
+
+
 def evaluator_main(
-    cfg: Config, env_info: EnvInfo, shared: Any, run_dir: str, best_return: float, clock_origin: float,
-    session: int, parent_pid: int,
+    cfg: Config, env_info: EnvInfo, links: Any, run_dir: str, best_return: float, seed: int, parent_pid: int
 ) -> None:
-    """Entry point of the evaluator process."""
+    """Entry point of the evaluator process; `links` builds its link (`shared.HogwildLinkFactory`)."""
+    from .envs import register_atari
     from .process import run_child
 
     def body() -> None:
-        from .envs import register_atari
-
         register_atari()
-        evaluator = Evaluator(cfg, env_info, shared.model, Path(run_dir), best_return, cfg.seed + 7 + 1000 * session)
-        stop = shared.stop_event
-        try:
-            while not stop.wait(timeout=cfg.eval_interval):
-                result = evaluator.evaluate(shared.global_step(), time.time() - clock_origin, stop.is_set)
-                if result is not None:
-                    shared.queue.put(("eval", result))
-        finally:
-            evaluator.close()
+        run_evaluator(cfg, env_info, links.evaluator_link(), run_dir, best_return, seed)
 
-    run_child("evaluator", 0, shared.queue, parent_pid, body)
+    run_child("evaluator", 0, parent_pid, body, links.report)

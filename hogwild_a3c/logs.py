@@ -21,24 +21,41 @@ class CsvSchemaError(ValueError):
     """An existing CSV file whose header is not the one this version writes."""
 
 
-class CsvLog:
-    """Append-only CSV with a fixed header; refuses to append to a file with another header."""
+def complete_length(path: str | os.PathLike, columns: Iterable[str]) -> tuple[int, int]:
+    """(bytes up to the end of the last complete line, bytes after it) of an existing CSV, after
+    checking its header; (0, 0) for a missing or empty file. Reads only; raises CsvSchemaError.
 
-    def __init__(self, path: str | os.PathLike, columns: Iterable[str]):
+    A line cut by a crash (power loss, `kill -9` mid-write) has no newline: appending to it
+    would glue the next row onto it and break every reader of the file for good."""
+    path = Path(path)
+    columns = tuple(columns)
+    if not path.exists() or path.stat().st_size == 0:
+        return 0, 0
+    data = path.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    if keep == 0:  # not even the header is whole: start the file again
+        return 0, len(data)
+    header = tuple(next(csv.reader([data[:keep].split(b"\n", 1)[0].decode(errors="replace")]), ()))
+    if header != columns:
+        raise CsvSchemaError(
+            f"{path}: its header {','.join(header)} is not this version's {','.join(columns)}; "
+            "appending would mix schemas, so the file was left as it is"
+        )
+    return keep, len(data) - keep
+
+
+class CsvLog:
+    """Append-only CSV with a fixed header. Check every file with `complete_length` before
+    opening any, so that a bad one stops the run before anything is written."""
+
+    def __init__(self, path: str | os.PathLike, columns: Iterable[str], keep_bytes: int):
         self.path = Path(path)
         self.columns = tuple(columns)
-        existing = self.path.exists() and self.path.stat().st_size > 0
-        if existing:
-            with open(self.path, newline="") as f:
-                header = tuple(next(csv.reader(f), ()))
-            if header != self.columns:
-                raise CsvSchemaError(
-                    f"{self.path}: its header {','.join(header)} is not this version's {','.join(self.columns)}; "
-                    "appending would mix schemas, so the file was left as it is"
-                )
         self._file = open(self.path, "a", newline="")
+        if self._file.tell() != keep_bytes:
+            self._file.truncate(keep_bytes)
         self._writer = csv.writer(self._file)
-        if not existing:
+        if keep_bytes == 0:
             self._writer.writerow(self.columns)
             self._file.flush()
 

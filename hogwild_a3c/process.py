@@ -67,7 +67,7 @@ def setup_child(parent_pid: int) -> None:
     _die_with_parent(parent_pid)
 
 
-def run_child(role: str, rank: int, queue: Any, parent_pid: int, body: Callable[[], None]) -> None:
+def run_child(role: str, rank: int, parent_pid: int, body: Callable[[], None], report: Callable[[Any], None]) -> None:
     """Run `body` as a child process: report any exception with its traceback, exit non-zero."""
     setup_child(parent_pid)
     try:
@@ -75,9 +75,9 @@ def run_child(role: str, rank: int, queue: Any, parent_pid: int, body: Callable[
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
         text = traceback.format_exc()
         try:
-            queue.put(("error", role, rank, f"{type(exc).__name__}: {exc}", text))
-            queue.close()
-            queue.join_thread()
+            from .messages import ChildRaised
+
+            report(ChildRaised(role, rank, f"{type(exc).__name__}: {exc}", text))
         finally:
             sys.stderr.write(f"[{role} {rank} pid {os.getpid()}] {text}")
             sys.stderr.flush()

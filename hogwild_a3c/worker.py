@@ -3,15 +3,15 @@
 The hot loop, per rollout of T steps over K environments:
 
 1. Pull: copy the shared weights into the local model in place (`copy_`, no state-dict build).
-2. Act under `torch.no_grad()`: one forward per step for all K environments at once, with the
+2. Collect (`Worker.collect() -> Rollout`): act under `torch.no_grad()`: one forward per step for all K environments at once, with the
    LSTM cell written out (`ActorCritic.step`); observations, actions, rewards and values go into
-   preallocated numpy buffers. No autograd graph is built while acting.
-3. Targets: returns and GAE per environment and per episode stretch (`algo.rollout_targets`),
+   the preallocated numpy arrays of one `Rollout`. No autograd graph is built while acting.
+3. Learn (`Worker.learn(rollout)`). Targets: returns and GAE per environment and per episode stretch (`algo.rollout_targets`),
    bootstrapping from V(s_T) mid-episode and at time-limit cuts, from 0 at a true terminal.
 4. Replay with gradients: the conv encoder sees all T*K frames as one batch and `nn.LSTM` runs
    fused over the sequence from the LSTM state saved at the rollout's start; one backward.
-5. Clip to the global norm, hand the gradients to the shared parameters, step this worker's
-   optimizer, count the steps in this worker's own slot (no lock).
+5. Clip to the global norm and push through the link (on one machine: hand the gradients to the
+   shared parameters and step this worker's Adam); count the steps in this worker's own slot.
 
 A rollout may cross an episode end: that environment's column is cut there (its own bootstrap)
 and its LSTM state zeroed for the next step, in acting and in replay alike. The per-step Python
@@ -20,6 +20,7 @@ work is the env step and a few array writes; everything else happens once per ro
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, fields
 from typing import Any
 
 import gymnasium as gym
@@ -29,8 +30,8 @@ import torch
 from .algo import a3c_loss, rollout_targets
 from .config import Config
 from .envs import EnvInfo, make_env
-from .model import build_model
-from .shared import HogwildLink
+from .model import State, build_model
+from .shared import WorkerLink
 
 
 class EnvFailure(RuntimeError):
@@ -45,8 +46,43 @@ def sample_actions(logits: torch.Tensor, rng: np.random.Generator) -> np.ndarray
     return np.minimum((cdf < draws).sum(axis=1), cdf.shape[1] - 1)
 
 
+@dataclass
+class Rollout:
+    """T steps of K environments, as arrays indexed [t, k]. A worker fills one preallocated
+    Rollout again and again: a value returned by `collect` is valid until the next `collect`.
+    A new per-step quantity is one more field here, filled in `Worker._act`."""
+
+    obs: np.ndarray  # [T, K, *obs_shape] float32, the observation each action was taken on
+    actions: np.ndarray  # [T, K] int64
+    rewards: np.ndarray  # [T, K] float32
+    values: np.ndarray  # [T, K] float32, V(s_t) while acting
+    dones: np.ndarray  # [T, K] bool, an episode ended after step t
+    done_values: np.ndarray  # [T, K] float32, the bootstrap where it ended (0 at a terminal)
+    resets: np.ndarray  # [T, K] bool, the LSTM state is zeroed before step t
+    last_values: np.ndarray  # [K] float32, V(s_T): the bootstrap of each column's last stretch
+    start_state: State  # the LSTM state before step 0 (detached), where the replay starts
+
+    @classmethod
+    def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: State) -> "Rollout":
+        per_step = {"actions": np.int64, "rewards": np.float32, "values": np.float32, "dones": bool,
+                    "done_values": np.float32, "resets": bool}
+        return cls(
+            obs=np.zeros((steps, envs, *obs_shape), dtype=np.float32),
+            **{name: np.zeros((steps, envs), dtype=dtype) for name, dtype in per_step.items()},
+            last_values=np.zeros(envs, dtype=np.float32),
+            start_state=start_state,
+        )
+
+    @property
+    def steps(self) -> int:
+        return self.actions.size
+
+    def array_fields(self) -> dict[str, np.ndarray]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "start_state"}
+
+
 class Worker:
-    def __init__(self, rank: int, cfg: Config, env_info: EnvInfo, link: HogwildLink, seed: int):
+    def __init__(self, rank: int, cfg: Config, env_info: EnvInfo, link: WorkerLink, seed: int):
         self.rank = rank
         self.cfg = cfg
         self.link = link
@@ -54,22 +90,14 @@ class Worker:
         self.rng = np.random.default_rng(seed)
         self.num_envs = cfg.envs_per_worker
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg.lstm_size)
-        self.optimizer = link.make_optimizer()
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]
-        steps, envs, shape = cfg.rollout_steps, self.num_envs, env_info.obs_shape
-        self.obs = np.zeros((envs, *shape), dtype=np.float32)
-        self.obs_buf = np.zeros((steps, envs, *shape), dtype=np.float32)
-        self.actions = np.zeros((steps, envs), dtype=np.int64)
-        self.rewards = np.zeros((steps, envs), dtype=np.float32)
-        self.values = np.zeros((steps, envs), dtype=np.float32)
-        self.dones = np.zeros((steps, envs), dtype=bool)
-        self.done_values = np.zeros((steps, envs), dtype=np.float32)
-        self.resets = np.zeros((steps, envs), dtype=bool)
-        self.episode_return = np.zeros(envs)
-        self.episode_length = np.zeros(envs, dtype=np.int64)
+        self.obs = np.zeros((self.num_envs, *env_info.obs_shape), dtype=np.float32)
+        self.episode_return = np.zeros(self.num_envs)
+        self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self.env_errors_in_a_row = 0
-        self.state = self.model.initial_state(envs)
-        for k in range(envs):
+        self.state = self.model.initial_state(self.num_envs)
+        self.rollout = Rollout.empty(cfg.rollout_steps, self.num_envs, env_info.obs_shape, self.state)
+        for k in range(self.num_envs):
             self._start_env(k)
 
     # -- environments -------------------------------------------------------------------------
@@ -113,91 +141,107 @@ class Worker:
     # -- one rollout and one update -----------------------------------------------------------
 
     def run_rollout(self) -> int:
-        """Collect one rollout and apply one update; returns agent steps taken (0 if dropped)."""
+        """Pull, collect one rollout, learn from it; returns agent steps taken (0 if dropped).
+
+        Steps of a rollout whose update is skipped (non-finite loss) still count: the
+        environments were stepped."""
         self.link.pull(self.model)
-        start_state = (self.state[0].clone(), self.state[1].clone())
-        self.dones[:] = False
-        self.resets[:] = False
+        rollout = self.collect()
+        if rollout is None:
+            return 0
+        self.learn(rollout)
+        self.link.add_steps(rollout.steps)
+        return rollout.steps
+
+    def collect(self) -> Rollout | None:
+        """Act for one rollout with the local model; None when an env raised (the rollout is
+        dropped and that env recreated)."""
+        rollout = self.rollout
+        # Cloned, not referenced: acting overwrites self.state in place at episode ends.
+        rollout.start_state = (self.state[0].clone(), self.state[1].clone())
+        rollout.dones[:] = False
+        rollout.resets[:] = False
         try:
-            last_values = self._act()
+            self._act(rollout)
         except _EnvStepError as err:
             self._recover_env(err.env_index, err.cause)
-            return 0
+            return None
         self.env_errors_in_a_row = 0
-        self._learn(start_state, last_values)
-        steps = self.cfg.rollout_steps * self.num_envs
-        self.link.add_steps(steps)
-        return steps
+        return rollout
 
     @torch.no_grad()
-    def _act(self) -> np.ndarray:
+    def _act(self, rollout: Rollout) -> None:
         model, envs = self.model, self.envs
         for t in range(self.cfg.rollout_steps):
-            self.obs_buf[t] = self.obs
+            rollout.obs[t] = self.obs
             logits, value, self.state = model.step(torch.from_numpy(self.obs), self.state)
             actions = sample_actions(logits, self.rng)
-            self.actions[t] = actions
-            self.values[t] = value.numpy()
+            rollout.actions[t] = actions
+            rollout.values[t] = value.numpy()
             for k, env in enumerate(envs):
                 try:
                     obs, reward, terminated, truncated, _ = env.step(int(actions[k]))
                 except Exception as exc:  # noqa: BLE001 - any env failure is recoverable here
                     raise _EnvStepError(k, exc) from exc
-                self.rewards[t, k] = reward
+                rollout.rewards[t, k] = reward
                 self.episode_return[k] += reward
                 self.episode_length[k] += 1
                 if terminated or truncated:
-                    self._end_episode(t, k, obs, terminated)
+                    self._end_episode(rollout, t, k, obs, terminated)
                 else:
                     self.obs[k] = obs
         _, last_values, _ = model.step(torch.from_numpy(self.obs), self.state)
-        return last_values.numpy()
+        rollout.last_values[:] = last_values.numpy()
 
-    def _end_episode(self, t: int, k: int, final_obs: np.ndarray, terminated: bool) -> None:
-        self.dones[t, k] = True
+    def _end_episode(self, rollout: Rollout, t: int, k: int, final_obs: np.ndarray, terminated: bool) -> None:
+        rollout.dones[t, k] = True
         if terminated:
-            self.done_values[t, k] = 0.0
+            rollout.done_values[t, k] = 0.0
         else:
             # A time-limit cut is not the end of the task: bootstrap from the state reached.
             state_k = (self.state[0][:, k : k + 1], self.state[1][:, k : k + 1])
             _, value, _ = self.model.step(torch.from_numpy(final_obs[None]), state_k)
-            self.done_values[t, k] = float(value[0])
+            rollout.done_values[t, k] = float(value[0])
         self.link.report_episode(self.episode_return[k], int(self.episode_length[k]))
         try:
             self._start_env(k)
         except Exception as exc:  # noqa: BLE001
             raise _EnvStepError(k, exc) from exc
         if t + 1 < self.cfg.rollout_steps:
-            self.resets[t + 1, k] = True
+            rollout.resets[t + 1, k] = True
 
-    def _learn(self, start_state: Any, last_values: np.ndarray) -> None:
+    def learn(self, rollout: Rollout) -> bool:
+        """One A3C update from `rollout`; False when it was skipped as non-finite."""
         cfg = self.cfg
         returns, advantages = rollout_targets(
-            self.rewards, self.values, self.dones, self.done_values, last_values, cfg.gamma, cfg.gae_lambda
+            rollout.rewards, rollout.values, rollout.dones, rollout.done_values, rollout.last_values,
+            cfg.gamma, cfg.gae_lambda,
         )
-        obs = torch.from_numpy(self.obs_buf)
-        logits, values = self.model.replay(obs, start_state, torch.from_numpy(self.resets))
+        obs = torch.from_numpy(rollout.obs)
+        logits, values = self.model.replay(obs, rollout.start_state, torch.from_numpy(rollout.resets))
         loss = a3c_loss(
             logits.flatten(0, 1),
             values.flatten(),
-            torch.from_numpy(self.actions).flatten(),
+            torch.from_numpy(rollout.actions).flatten(),
             torch.from_numpy(advantages).flatten(),
             torch.from_numpy(returns).flatten(),
             value_coef=cfg.value_coef,
             entropy_coef=cfg.entropy_coef,
         )
+        # set_to_none: the previous update's gradients must not add into this one's.
         self.model.zero_grad(set_to_none=True)
         loss.total.backward()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
         if not (math.isfinite(grad_norm) and math.isfinite(loss.total.item())):
             # Applying it would poison the shared weights for every worker.
             self.link.count("skipped_updates")
-            return
-        self.link.push(self.model, self.optimizer)
+            return False
+        self.link.push(self.model)
         batch = returns.size
-        self.link.report_update(
+        self.link.record_update(
             loss.policy.item() / batch, loss.value.item() / batch, loss.entropy.item() / batch, grad_norm
         )
+        return True
 
     def close(self) -> None:
         for env in self.envs:
@@ -218,21 +262,24 @@ def worker_seed(base_seed: int, rank: int, session: int) -> int:
     return base_seed * 10_007 + rank * 101 + session * 1_000_003 + 1
 
 
-def worker_main(rank: int, cfg: Config, env_info: EnvInfo, shared: Any, session: int, parent_pid: int) -> None:
-    """Entry point of a worker process."""
+def run_worker(rank: int, cfg: Config, env_info: EnvInfo, link: WorkerLink, session: int) -> None:
+    """A worker's whole life, in whatever process it runs."""
+    worker = Worker(rank, cfg, env_info, link, worker_seed(cfg.seed, rank, session))
+    link.heartbeat()  # ready: imports and env creation are over, the stall clock starts now
+    try:
+        while not link.should_stop():
+            worker.run_rollout()
+    finally:
+        worker.close()
+
+
+def worker_main(rank: int, cfg: Config, env_info: EnvInfo, links: Any, session: int, parent_pid: int) -> None:
+    """Entry point of a worker process; `links` builds its link (see `shared.HogwildLinkFactory`)."""
+    from .envs import register_atari
     from .process import run_child
 
     def body() -> None:
-        from .envs import register_atari
-
         register_atari()
-        link = HogwildLink(shared, rank)
-        link.heartbeat()
-        worker = Worker(rank, cfg, env_info, link, worker_seed(cfg.seed, rank, session))
-        try:
-            while not link.should_stop():
-                worker.run_rollout()
-        finally:
-            worker.close()
+        run_worker(rank, cfg, env_info, links.worker_link(rank), session)
 
-    run_child("worker", rank, shared.queue, parent_pid, body)
+    run_child("worker", rank, parent_pid, body, links.report)

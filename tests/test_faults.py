@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from hogwild_a3c import train
+from hogwild_a3c.supervisor import InProcessChildren
 from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, load_latest, save_checkpoint
 from tests.conftest import REPO, alive, child_pids
 
@@ -120,14 +121,14 @@ def test_nan_loss_skips_the_update_and_keeps_weights_finite(tmp_path):
 
 def test_non_finite_shared_weights_stop_the_run(tmp_path, monkeypatch):
     """A NaN that slipped into the shared weights (here: put there by hand) ends the run."""
-    original = train.Trainer._run_serial
+    original = InProcessChildren.start
 
-    def poison_then_run(self):
+    def poison_then_start(self):
         with torch.no_grad():
             next(self.shared.model.parameters()).view(-1)[0] = float("nan")
         original(self)
 
-    monkeypatch.setattr(train.Trainer, "_run_serial", poison_then_run)
+    monkeypatch.setattr(InProcessChildren, "start", poison_then_start)
     run_dir = tmp_path / "run"
     code = train.main([*CARTPOLE, "--num-workers", "0", "--max-steps", "100000", "--eval-episodes", "0",
                        "--run-dir", str(run_dir)])

@@ -4,6 +4,7 @@ import multiprocessing as mp
 import torch
 
 from hogwild_a3c.model import ActorCritic
+from hogwild_a3c.reports import InProcessReports
 from hogwild_a3c.shared import HogwildLink, SharedState, adam_over, copy_weights, hand_over_gradients, new_adam_state
 
 
@@ -60,11 +61,11 @@ def test_adam_statistics_live_in_the_given_shared_tensors():
 
 def _child_pushes_one_update(shared: SharedState) -> None:
     torch.set_num_threads(1)
-    link = HogwildLink(shared, 1)
+    link = HogwildLink(shared, 1, InProcessReports())
     local = ActorCritic((3,), 2, lstm_size=8)
     link.pull(local)
     _loss(local).backward()
-    link.push(local, link.make_optimizer())
+    link.push(local)
     link.add_steps(40)
 
 
@@ -72,7 +73,7 @@ def test_a_spawned_childs_update_is_seen_by_the_parent():
     ctx = mp.get_context("spawn")
     torch.manual_seed(0)
     model = ActorCritic((3,), 2, lstm_size=8)
-    shared = SharedState.create(model, 2, "adam", 1e-3, ctx)
+    shared = SharedState.create(model, 2, "adam", 1e-3)
     before = [p.detach().clone() for p in model.parameters()]
     proc = ctx.Process(target=_child_pushes_one_update, args=(shared.for_child(1),))
     proc.start()

@@ -6,7 +6,8 @@ import tests.envs  # noqa: F401
 from hogwild_a3c.config import Config
 from hogwild_a3c.envs import describe_env
 from hogwild_a3c.model import build_model
-from hogwild_a3c.shared import STAT, HogwildLink, SharedState, in_process_context
+from hogwild_a3c.reports import InProcessReports
+from hogwild_a3c.shared import STAT, HogwildLink, SharedState
 from hogwild_a3c.worker import Worker
 
 
@@ -15,8 +16,8 @@ def make_worker(env="tests.envs:Counting-v0", envs_per_worker=1, rollout_steps=5
                  rollout_steps=rollout_steps, lstm_size=8)
     info = describe_env(cfg.env, cfg.env_kwargs)
     torch.manual_seed(0)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, 8), 1, "adam", 1e-3, in_process_context())
-    return Worker(0, cfg, info, HogwildLink(shared, 0), seed=1), shared
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, 8), 1, "adam", 1e-3)
+    return Worker(0, cfg, info, HogwildLink(shared, 0, InProcessReports()), seed=1), shared
 
 
 def record_steps(worker):
@@ -67,21 +68,21 @@ def test_truncation_bootstraps_and_termination_does_not():
     for truncate in (False, True):
         worker, _ = make_worker(length=3, truncate=truncate, rollout_steps=4)
         worker.run_rollout()
-        assert worker.dones[2, 0]
+        assert worker.rollout.dones[2, 0]
         if truncate:
-            assert worker.done_values[2, 0] != 0.0
+            assert worker.rollout.done_values[2, 0] != 0.0
         else:
-            assert worker.done_values[2, 0] == 0.0
+            assert worker.rollout.done_values[2, 0] == 0.0
 
 
 def test_batched_envs_keep_their_own_state_and_rollouts():
     worker, shared = make_worker(envs_per_worker=3, length=4)
     assert worker.run_rollout() == 15
-    assert worker.obs_buf.shape[:2] == (5, 3)
+    assert worker.rollout.obs.shape[:2] == (5, 3)
     assert shared.global_step() == 15
     # All three envs ended at step 4 (index 3) and restarted at index 4.
-    assert worker.dones[3].all() and worker.resets[4].all()
-    np.testing.assert_array_equal(worker.obs_buf[4, :, 0], [0, 0, 0])
+    assert worker.rollout.dones[3].all() and worker.rollout.resets[4].all()
+    np.testing.assert_array_equal(worker.rollout.obs[4, :, 0], [0, 0, 0])
 
 
 def test_env_exception_drops_the_rollout_and_recreates_the_env():

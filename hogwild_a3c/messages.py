@@ -1,0 +1,39 @@
+"""What children tell the main process: small frozen records, dispatched by type.
+
+Each carries the wall-clock time at which it happened (`time.time()` in the child), so the main
+process stamps rows with when an episode ended, not when it got round to reading the report.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EpisodeEnded:
+    rank: int
+    global_step: int
+    episode_return: float
+    length: int
+    wall_time: float
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    global_step: int
+    wall_time: float
+    episodes: tuple[tuple[float, int], ...]  # (return, length) per episode
+
+    @property
+    def mean_return(self) -> float:
+        return sum(r for r, _ in self.episodes) / len(self.episodes)
+
+
+@dataclass(frozen=True)
+class ChildRaised:
+    role: str
+    rank: int
+    summary: str  # "TypeName: message"
+    traceback: str
+
+
+Message = EpisodeEnded | Evaluated | ChildRaised

@@ -1,0 +1,92 @@
+"""The stop policy: when a run ends, why, and with which exit status.
+
+A run stops at the first of: a budget (`--max-steps`, `--max-seconds`), the target
+(`--target-return`, over the last `--eval-episodes` evaluation returns), a signal, or a failure
+(a child that died beyond the restart policy, non-finite shared weights, a worker that skipped
+`--max-skipped-updates` updates in a row, a checkpoint that cannot be written). The first
+reason given is the one recorded. Exit status: 0 budget or target, 1 failure, 130 SIGINT,
+143 SIGTERM (2, bad input, never gets this far).
+"""
+from __future__ import annotations
+
+import signal
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .config import Config
+from .shared import STAT
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
+
+
+class StopPolicy:
+    def __init__(self, cfg: Config, on_stop: Callable[[], None], record_error: Callable[[str], None],
+                 log: Callable[[str], None]):
+        self.cfg = cfg
+        self._on_stop = on_stop  # tells the children
+        self._record_error = record_error
+        self._log = log
+        self.reason: str | None = None
+        self.exit_code = EXIT_OK
+        self.signals_seen = 0
+        self.eval_window: list[float] = []
+
+    @property
+    def stopping(self) -> bool:
+        return self.reason is not None
+
+    @property
+    def fast(self) -> bool:
+        """A second signal: kill the children at once (still save and flush)."""
+        return self.signals_seen > 1
+
+    def stop(self, reason: str, exit_code: int = EXIT_OK) -> None:
+        if self.reason is None:
+            self.reason = reason
+            self.exit_code = exit_code
+        self._on_stop()
+
+    def fail(self, message: str) -> None:
+        self._record_error(f"run stopping: {message}")
+        self.stop(f"failed: {message}", EXIT_FAILED)
+
+    def on_signal(self, signum: int) -> None:
+        self.signals_seen += 1
+        name = signal.Signals(signum).name
+        if self.signals_seen == 1:
+            self._log(f"{name} received: stopping workers, saving a final checkpoint (again to force)")
+            self.stop(f"interrupted ({name})", EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM)
+        else:
+            self._log(f"{name} received again: killing children now")
+
+    def check_budgets(self, global_step: int, time_s: float) -> None:
+        cfg = self.cfg
+        if cfg.max_steps is not None and global_step >= cfg.max_steps:
+            self.stop("max_steps")
+        elif cfg.max_seconds is not None and time_s >= cfg.max_seconds:
+            self.stop("max_seconds")
+
+    def on_evaluation(self, returns: list[float]) -> None:
+        self.eval_window = (self.eval_window + list(returns))[-self.cfg.eval_episodes :]
+        target = self.cfg.target_return
+        if target is not None and len(self.eval_window) >= self.cfg.eval_episodes and np.mean(self.eval_window) >= target:
+            self.stop("target_return")
+
+    def check_weights(self, weights: dict[str, torch.Tensor]) -> bool:
+        """True when every weight is finite; else the run fails (check a copy, never live tensors)."""
+        if all(bool(torch.isfinite(t).all()) for t in weights.values()):
+            return True
+        self.fail("the shared weights became non-finite (NaN or inf); the run stops instead of training on garbage")
+        return False
+
+    def check_learning(self, worker_stats: torch.Tensor) -> None:
+        """A run whose updates are all skipped learns nothing: say so instead of 'succeeding'."""
+        in_a_row = worker_stats[:, STAT["skipped_in_a_row"]]
+        worst = int(in_a_row.argmax())
+        if int(in_a_row[worst]) >= self.cfg.max_skipped_updates:
+            self.fail(
+                f"worker {worst} skipped {int(in_a_row[worst])} updates in a row (non-finite loss or gradient: "
+                f"NaN or inf in observations or rewards?); see --max-skipped-updates"
+            )

@@ -1,0 +1,272 @@
+"""The supervisor: starts the children, reads their reports, notices deaths and stalls, applies
+the restart policy, and stops them.
+
+`ProcessChildren` runs the workers and the evaluator as processes; `InProcessChildren` runs one
+worker and the evaluator inside the main process (serial mode: exactly repeatable, debuggable
+with pdb). The training loop in `train.py` drives either through the same methods:
+`start`, `advance`, `messages`, `check`, `stop`, `worker_pids`.
+
+Restart policy: a dead worker stops the run, unless `--max-worker-restarts` allows restarting it
+(it keeps its step counter and Adam statistics, which live in shared memory). A dead evaluator
+holds no training state: it is restarted, `--max-evaluator-restarts` times in all; once more
+stops the run. A child that makes no progress for `--stall-timeout` seconds, counted from when
+it said it was ready, is reported (and again when it recovers).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable
+
+from .config import Config
+from .envs import EnvInfo, register_atari
+from .evaluator import Evaluator, evaluator_main, evaluator_seed
+from .messages import Message
+from .process import one_thread_per_child
+from .reports import InProcessReports, ReportReader, report_pipe
+from .shared import NOT_READY, HogwildLinkFactory, InProcessLinkFactory, SharedState
+from .worker import Worker, worker_main, worker_seed
+
+SUPERVISE_PERIOD_S = 0.25
+JOIN_GRACE_S = 10.0
+KILL_WAIT_S = 2.0
+
+
+class Role(Enum):
+    WORKER = "worker"
+    EVALUATOR = "evaluator"
+
+
+@dataclass
+class Child:
+    role: Role
+    rank: int
+    process: Any
+    reports: ReportReader
+    heartbeat_slot: int
+    stalled: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"worker {self.rank}" if self.role is Role.WORKER else "evaluator"
+
+
+@dataclass
+class RestartBudget:
+    allowed: int
+    used: int = 0
+
+    def take(self) -> bool:
+        if self.used >= self.allowed:
+            return False
+        self.used += 1
+        return True
+
+
+@dataclass
+class Hooks:
+    """What the supervisor tells the rest of the main process."""
+
+    log: Callable[[str], None]
+    error: Callable[[str], None]  # recorded in errors.log as well
+    fail: Callable[[str], None]  # the run must stop
+    pids_changed: Callable[[dict[str, int]], None]
+    best_return: Callable[[], float]  # for a (re)started evaluator
+    deliver: Callable[[list[Message]], None]  # reports read from children
+
+
+@dataclass
+class ProcessChildren:
+    cfg: Config
+    env_info: EnvInfo
+    shared: SharedState
+    run_dir: str
+    session: int
+    hooks: Hooks
+    children: list[Child] = field(default_factory=list)
+    worker_restarts: RestartBudget = field(init=False)
+    evaluator_restarts: RestartBudget = field(init=False)
+    stopping: bool = False
+
+    def __post_init__(self) -> None:
+        import multiprocessing as mp
+
+        self.ctx = mp.get_context(self.cfg.start_method)
+        self.worker_restarts = RestartBudget(self.cfg.max_worker_restarts)
+        self.evaluator_restarts = RestartBudget(self.cfg.max_evaluator_restarts)
+
+    # -- starting -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        one_thread_per_child()
+        if self.cfg.eval_episodes > 0:
+            self.children.append(self._spawn(Role.EVALUATOR, 0))
+        for rank in range(self.cfg.num_workers):
+            self.children.append(self._spawn(Role.WORKER, rank))
+        self._publish_pids()
+
+    def _spawn(self, role: Role, rank: int) -> Child:
+        reader, child_end = report_pipe(self.ctx)
+        links = HogwildLinkFactory(self.shared.for_child(rank if role is Role.WORKER else None), child_end)
+        parent = os.getpid()
+        if role is Role.WORKER:
+            target, args = worker_main, (rank, self.cfg, self.env_info, links, self.session, parent)
+            slot = rank
+        else:
+            seed = evaluator_seed(self.cfg.seed, self.session)
+            target = evaluator_main
+            args = (self.cfg, self.env_info, links, self.run_dir, self.hooks.best_return(), seed, parent)
+            slot = self.shared.evaluator_slot
+        # The stall clock of this slot starts only when the child says it is ready.
+        self.shared.heartbeats[slot] = NOT_READY
+        process = self.ctx.Process(target=target, args=args, name=f"{role.value}-{rank}", daemon=True)
+        process.start()
+        child_end.close()  # the child holds its own copy; ours would hide its end-of-file
+        return Child(role, rank, process, reader, slot)
+
+    def _publish_pids(self) -> None:
+        self.hooks.pids_changed({child.name: child.process.pid for child in self.children})
+
+    # -- each period --------------------------------------------------------------------------
+
+    def advance(self) -> None:
+        time.sleep(SUPERVISE_PERIOD_S)
+
+    def messages(self) -> list[Message]:
+        return [message for child in self.children for message in child.reports.read()]
+
+    def worker_pids(self) -> list[int]:
+        if self.stopping:  # stopped children are released; their Process objects are closed
+            return []
+        return [c.process.pid for c in self.children if c.role is Role.WORKER and c.process.is_alive()]
+
+    def check(self) -> None:
+        """Deaths first (a dead child's last reports are read before it is judged), then stalls."""
+        if self.stopping:
+            return
+        for i, child in enumerate(self.children):
+            code = child.process.exitcode
+            if code is None:
+                continue
+            self.hooks.deliver(child.reports.read())  # its traceback, if it sent one before dying
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            budget = self.worker_restarts if child.role is Role.WORKER else self.evaluator_restarts
+            if budget.take():
+                self.hooks.log(f"{child.name} {how}; restarting it ({budget.used}/{budget.allowed})")
+                self._release(child)
+                self.children[i] = self._spawn(child.role, child.rank)
+                self._publish_pids()
+            else:
+                self.hooks.fail(f"{child.name} {how}")
+                return
+        self._check_stalls()
+
+    def _check_stalls(self) -> None:
+        now = time.time()
+        timeout = self.cfg.stall_timeout
+        for child in self.children:
+            beat = float(self.shared.heartbeats[child.heartbeat_slot])
+            if beat == NOT_READY:
+                continue
+            silent = now - beat
+            if silent > timeout and not child.stalled:
+                child.stalled = True
+                self.hooks.error(f"{child.name} stalled: no progress for {silent:.0f} s (--stall-timeout {timeout:g})")
+            elif silent <= timeout and child.stalled:
+                child.stalled = False
+                self.hooks.log(f"{child.name} is making progress again")
+
+    @property
+    def restarts(self) -> int:
+        return self.worker_restarts.used
+
+    # -- stopping -----------------------------------------------------------------------------
+
+    def stop(self, on_messages: Callable[[list[Message]], None], fast: Callable[[], bool]) -> None:
+        """Ask every child to stop and wait for them; then terminate, then kill. Nothing here
+        can block on a dead child: the stop request is a flag, reports are read without
+        blocking, and joins have timeouts."""
+        self.stopping = True
+        self.shared.request_stop()
+        deadline = time.monotonic() + JOIN_GRACE_S
+        # Keep reading while waiting: a child blocked on a full report pipe cannot exit.
+        while any(c.process.is_alive() for c in self.children) and time.monotonic() < deadline and not fast():
+            on_messages(self.messages())
+            for child in self.children:
+                child.process.join(timeout=0.05)
+        for child in self.children:
+            if child.process.is_alive():
+                if not fast():
+                    self.hooks.log(f"{child.name} did not stop within {JOIN_GRACE_S:g} s; terminating it")
+                child.process.terminate()
+        for child in self.children:
+            child.process.join(timeout=KILL_WAIT_S)
+            if child.process.is_alive():
+                child.process.kill()
+                child.process.join(timeout=KILL_WAIT_S)
+        on_messages(self.messages())
+        for child in self.children:
+            self._release(child)
+
+    @staticmethod
+    def _release(child: Child) -> None:
+        child.reports.close()
+        if child.process.exitcode is not None:
+            child.process.close()
+
+
+@dataclass
+class InProcessChildren:
+    """One worker and the evaluator inside the main process: slower, but exactly repeatable
+    for a seed, and debuggable with pdb."""
+
+    cfg: Config
+    env_info: EnvInfo
+    shared: SharedState
+    run_dir: str
+    session: int
+    hooks: Hooks
+    restarts: int = 0
+
+    def start(self) -> None:
+        register_atari()
+        self.reports = InProcessReports()
+        links = InProcessLinkFactory(self.shared, self.reports)
+        self.worker = Worker(0, self.cfg, self.env_info, links.worker_link(0), worker_seed(self.cfg.seed, 0, self.session))
+        self.evaluator = None
+        if self.cfg.eval_episodes > 0:
+            self.evaluator = Evaluator(self.cfg, self.env_info, links.evaluator_link(), self.run_dir,
+                                       self.hooks.best_return(), evaluator_seed(self.cfg.seed, self.session))
+        self.next_eval = time.monotonic() + self.cfg.eval_interval
+        self.hooks.pids_changed({})
+
+    def advance(self) -> None:
+        self.worker.run_rollout()
+        if self.evaluator is not None and time.monotonic() >= self.next_eval:
+            self.evaluator.evaluate()
+            self.next_eval = time.monotonic() + self.cfg.eval_interval
+
+    def messages(self) -> list[Message]:
+        return self.reports.read()
+
+    def worker_pids(self) -> list[int]:
+        return [os.getpid()]
+
+    def check(self) -> None:
+        pass  # an exception in this process reaches the training loop directly
+
+    def stop(self, on_messages: Callable[[list[Message]], None], fast: Callable[[], bool]) -> None:
+        self.shared.request_stop()
+        if not hasattr(self, "worker"):
+            return
+        on_messages(self.messages())
+        self.worker.close()
+        if self.evaluator is not None:
+            self.evaluator.close()
+
+
+def make_children(cfg: Config, env_info: EnvInfo, shared: SharedState, run_dir: str, session: int, hooks: Hooks):
+    kind = InProcessChildren if cfg.num_workers == 0 else ProcessChildren
+    return kind(cfg, env_info, shared, run_dir, session, hooks)

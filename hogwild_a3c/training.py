@@ -1,0 +1,282 @@
+"""The main process, wired: check the input, build the shared state, start the children, and
+supervise until the stop policy says the run is over; then stop the children, save and flush.
+
+Each job lives in a module of its own: `rundir` (where the run lives, the lock, the saved
+config), `checkpoint` (the checkpoint format), `recorder` (CSV files, meta.json, logs),
+`supervisor` (children, restarts, stalls), `stop_policy` (when and why a run ends). Serial and
+parallel runs go through the same loop; only the children differ (`supervisor.make_children`).
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .checkpoint import (CheckpointError, Progress, check_training_payload, load_latest, restore_training,
+                         save_checkpoint, training_payload)
+from .config import Config, build_parser
+from .envs import EnvInfo, EnvSpecError, describe_env
+from .messages import ChildRaised, EpisodeEnded, Evaluated, Message
+from .model import build_model
+from .process import rss_mb
+from .recorder import Recorder
+from .rundir import (ConfigError, RunDirLock, check_new_location, check_same_experiment, default_run_dir, make_run_dir,
+                     read_meta, resolve_new, resolve_resume)
+from .shared import STAT, SharedState
+from .stop_policy import EXIT_FAILED, StopPolicy
+from .supervisor import Hooks, make_children
+
+COUNTERS = ("updates", "skipped_updates", "env_errors", "worker_restarts")
+OVERSUBSCRIBED = 2  # workers per core beyond which a run is warned about
+
+
+@dataclass
+class Prepared:
+    """Everything checked and read before anything is written or any process starts."""
+
+    cfg: Config
+    env_info: EnvInfo
+    run_dir: Path
+    lock: RunDirLock
+    payload: dict | None = None
+    meta: dict | None = None
+
+
+def _describe(cfg: Config) -> EnvInfo:
+    try:
+        return describe_env(cfg.env, cfg.env_kwargs)
+    except EnvSpecError as exc:
+        raise ConfigError([str(exc)]) from None
+
+
+def _check_extras(cfg: Config) -> None:
+    if cfg.tensorboard:
+        try:
+            import torch.utils.tensorboard  # noqa: F401
+        except ImportError:
+            raise ConfigError(["--tensorboard needs the tensorboard package: pip install -e '.[tensorboard]'"]) from None
+
+
+def _prepare_resume(resume_dir: str, args: dict[str, Any]) -> Prepared:
+    run_dir = Path(resume_dir)
+    if not run_dir.is_dir():
+        raise ConfigError([f"--resume {resume_dir}: not a run directory (no such folder)"])
+    lock = RunDirLock.acquire(run_dir, f"--resume {resume_dir}")
+    try:
+        cfg = resolve_resume(resume_dir, args)
+        meta = read_meta(run_dir)
+        _check_extras(cfg)
+        env_info = _describe(cfg)
+        try:
+            payload, path = load_latest(run_dir / "checkpoints", warn=lambda m: print(m, file=sys.stderr))
+            check_same_experiment(cfg, payload.get("config"), path)
+            check_training_payload(payload, path, build_model(env_info.obs_shape, env_info.num_actions, cfg.lstm_size))
+        except CheckpointError as exc:
+            raise ConfigError([f"--resume {resume_dir}: {exc}"]) from None
+    except BaseException:
+        lock.release()
+        raise
+    print(f"resuming from {path} at global step {payload['global_step']}", file=sys.stderr)
+    return Prepared(cfg, env_info, run_dir, lock, payload, meta)
+
+
+def _prepare_new(args: dict[str, Any]) -> Prepared:
+    given_dir = args.get("run_dir")
+    if given_dir is not None and (Path(given_dir) / RunDirLock.NAME).is_file():
+        RunDirLock.acquire(Path(given_dir), f"--run-dir {given_dir}").release()  # says who holds it, if anyone
+    cfg = resolve_new(args)
+    _check_extras(cfg)
+    env_info = _describe(cfg)
+    run_dir = Path(cfg.run_dir) if cfg.run_dir else default_run_dir(cfg)
+    cfg.run_dir = str(run_dir)
+    check_new_location(run_dir)
+    make_run_dir(run_dir)
+    return Prepared(cfg, env_info, run_dir, RunDirLock.acquire(run_dir, f"--run-dir {run_dir}"))
+
+
+def prepare(argv: list[str]) -> Prepared:
+    """Parse and check everything; raises ConfigError with one line per problem. On success the
+    run directory exists and this process holds its lock."""
+    args = vars(build_parser().parse_args(argv))
+    resume_dir = args.pop("resume", None)
+    prepared = _prepare_resume(resume_dir, args) if resume_dir is not None else _prepare_new(args)
+    cores = os.cpu_count() or 1
+    if prepared.cfg.num_workers > OVERSUBSCRIBED * cores:
+        print(f"warning: --num-workers {prepared.cfg.num_workers} on {cores} cores: each worker holds an env and a model "
+              "(~400 MiB on Atari) and more workers than cores add memory and start-up time, not speed",
+              file=sys.stderr)
+    return prepared
+
+
+class Periodic:
+    """Call `callback` every `period` seconds, from a loop that asks often enough."""
+
+    def __init__(self, period: float, callback: Callable[[], Any]):
+        self.period = period
+        self.callback = callback
+        self.last = time.monotonic()
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.period:
+            self.last = now
+            self.callback()
+
+
+class Clock:
+    """Run time in seconds, continued across resumes."""
+
+    def __init__(self, elapsed_before: float):
+        self.origin = time.time() - elapsed_before
+
+    def time_s(self, wall_time: float | None = None) -> float:
+        return (time.time() if wall_time is None else wall_time) - self.origin
+
+
+def run_training(prepared: Prepared, argv: list[str], log: Callable[[str], None] | None = None) -> int:
+    """Train until the stop policy ends the run; returns the exit status."""
+    cfg, run_dir = prepared.cfg, prepared.run_dir
+    torch.manual_seed(cfg.seed)
+    model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg.lstm_size)
+    shared = SharedState.create(model, max(1, cfg.num_workers), cfg.optimizer, cfg.lr)
+    if prepared.payload is not None:
+        before = restore_training(shared, prepared.payload)
+        session = before.session + 1
+    else:
+        before, session = Progress(counters={}), 0
+    base_counters = {name: int((before.counters or {}).get(name, 0)) for name in COUNTERS}
+    recorder = Recorder(run_dir, cfg, prepared.meta, argv, session, shared.global_step())
+    clock = Clock(before.elapsed_s)
+    policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
+    state = {"best": before.best_eval_return, "latest_eval": None, "rate": 0.0,
+             "rate_from": (time.monotonic(), shared.global_step())}
+
+    def deliver(messages: list[Message]) -> None:
+        for message in messages:
+            if isinstance(message, EpisodeEnded):
+                recorder.episode(clock.time_s(message.wall_time), message.global_step, message.rank,
+                                 message.episode_return, message.length)
+            elif isinstance(message, Evaluated):
+                recorder.evaluation(clock.time_s(message.wall_time), message.global_step, message.episodes,
+                                    message.mean_return)
+                state["latest_eval"] = message.mean_return
+                state["best"] = max(state["best"], message.mean_return)
+                policy.on_evaluation([r for r, _ in message.episodes])
+            elif isinstance(message, ChildRaised):
+                recorder.error(f"{message.role} {message.rank} raised {message.summary}\n{message.traceback}")
+
+    hooks = Hooks(log=recorder.log, error=recorder.error, fail=policy.fail, pids_changed=recorder.child_pids,
+                  best_return=lambda: state["best"], deliver=deliver)
+    children = make_children(cfg, prepared.env_info, shared, str(run_dir), session, hooks)
+
+    def counters() -> dict[str, int]:
+        stats = shared.worker_stats
+        found = {name: int(stats[:, STAT[name]].sum()) for name in COUNTERS if name in STAT}
+        found["worker_restarts"] = children.restarts
+        return {name: base_counters[name] + found[name] for name in COUNTERS}
+
+    def write_progress() -> None:
+        now, step = time.monotonic(), shared.global_step()
+        then, step_then = state["rate_from"]
+        state["rate"] = (step - step_then) / max(now - then, 1e-9)
+        state["rate_from"] = (now, step)
+        stats = shared.worker_stats
+        active = stats[stats[:, STAT["updates"]] > 0]
+        means = {name: float(active[:, STAT[name]].mean()) if len(active) else float("nan")
+                 for name in ("policy_loss", "value_loss", "entropy", "grad_norm")}
+        rss = [rss_mb(pid) for pid in children.worker_pids()]
+        recorder.progress(time_s=clock.time_s(), global_step=step, steps_per_s=state["rate"], **means, **counters(),
+                          worker_rss_mb=float(np.mean(rss)) if rss else float("nan"))
+        if not policy.stopping:
+            policy.check_weights(shared.snapshot_weights())
+            policy.check_learning(shared.worker_stats)
+
+    def checkpoint() -> Path | None:
+        """Save a training checkpoint; never of non-finite weights, so latest.pt stays the last good one."""
+        weights = shared.snapshot_weights()
+        if not all(bool(torch.isfinite(t).all()) for t in weights.values()):
+            recorder.error("not saving a checkpoint of non-finite weights; latest.pt stays the last good one")
+            policy.check_weights(weights)
+            return None
+        progress = Progress(shared.global_step(), clock.time_s(), session, state["best"], counters())
+        try:
+            return save_checkpoint(run_dir / "checkpoints", training_payload(weights, shared, cfg, progress),
+                                   progress.global_step, cfg.keep_checkpoints)
+        except CheckpointError as exc:
+            policy.fail(str(exc))
+            return None
+
+    bar = None
+    if not cfg.no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=cfg.max_steps, initial=shared.global_step(), unit="step", unit_scale=True, dynamic_ncols=True)
+
+    def update_bar() -> None:
+        if bar is None:
+            return
+        bar.n = shared.global_step()
+        postfix = {"steps/s": f"{state['rate']:.0f}"}
+        if state["latest_eval"] is not None:
+            postfix["eval"] = f"{state['latest_eval']:.1f}"
+        bar.set_postfix(postfix, refresh=False)
+        bar.refresh()
+
+    periodic = [Periodic(cfg.progress_interval, write_progress), Periodic(cfg.checkpoint_interval, checkpoint)]
+    previous = {sig: signal.signal(sig, lambda signum, _frame: policy.on_signal(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    recorder.log(f"run directory: {run_dir}")
+    try:
+        policy.check_budgets(shared.global_step(), clock.time_s())
+        if not policy.stopping:
+            children.start()
+        while not policy.stopping:
+            children.advance()
+            deliver(children.messages())
+            children.check()
+            for task in periodic:
+                task()
+            policy.check_budgets(shared.global_step(), clock.time_s())
+            update_bar()
+    except Exception as exc:  # noqa: BLE001 - the run must still stop cleanly and save
+        policy.fail(f"main process raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+    finally:
+        if not policy.stopping:
+            policy.stop("stopped")
+        # Each step runs even if one before it failed: a failing save must not skip the flush.
+        for step in (lambda: children.stop(deliver, lambda: policy.fast), write_progress, _final(checkpoint, recorder),
+                     lambda: recorder.end_session(policy.reason, policy.exit_code, shared.global_step(), clock.time_s()),
+                     recorder.close):
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001
+                policy.exit_code = policy.exit_code or EXIT_FAILED
+                message = f"during shutdown: {type(exc).__name__}: {exc}"
+                try:
+                    recorder.error(message)
+                except Exception:  # noqa: BLE001 - the recorder itself may be what failed
+                    print(message, file=sys.stderr)
+        if bar is not None:
+            bar.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(f"run ended: {policy.reason} (global step {shared.global_step()}, exit {policy.exit_code})", file=sys.stderr)
+    return policy.exit_code
+
+
+def _final(checkpoint: Callable[[], Path | None], recorder: Recorder) -> Callable[[], None]:
+    def save() -> None:
+        path = checkpoint()
+        if path is not None:
+            recorder.log(f"saved {path}")
+
+    return save
