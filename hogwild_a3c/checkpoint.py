@@ -239,6 +239,13 @@ def check_training_payload(payload: dict[str, Any], path: Path, model: torch.nn.
                if k not in payload]
     if missing:
         raise CheckpointError(f"{path}: not a training checkpoint (no {', '.join(missing)})")
+    check_model_fits(payload, path, model)
+
+
+def check_model_fits(payload: dict[str, Any], path: Path, model: torch.nn.Module) -> None:
+    """One line naming the file when the checkpoint's weights cannot load into `model`."""
+    if "model" not in payload:
+        raise CheckpointError(f"{path}: holds no model weights")
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     saved = payload["model"]
     if not isinstance(saved, dict) or {k: tuple(getattr(v, "shape", ())) for k, v in saved.items()} != expected:

@@ -111,7 +111,24 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode:
         # Greyscale straight from ALE saves the RGB->grey conversion on every frame.
         kwargs.setdefault("obs_type", "grayscale")
         return Universe42(gym.make(env_id, **kwargs))
-    return gym.make(env_id, **kwargs)
+    env = gym.make(env_id, **kwargs)
+    space = env.action_space
+    if isinstance(space, gym.spaces.Discrete) and int(space.start) != 0:
+        return ActionsFromZero(env)
+    return env
+
+
+class ActionsFromZero(gym.ActionWrapper):
+    """A `Discrete(n, start=s)` action space seen as `Discrete(n)`: the policy's index i is the
+    env's action s + i."""
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self._start = int(env.action_space.start)
+        self.action_space = gym.spaces.Discrete(int(env.action_space.n))
+
+    def action(self, action: int) -> int:
+        return self._start + int(action)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import CheckpointError, load_checkpoint, load_latest
-from .config import Config
+from .checkpoint import CheckpointError, check_model_fits, load_checkpoint, load_latest
+from .config import config_from_dict
 from .envs import EnvSpecError, describe_env, make_env
 from .evaluator import play_episode
 from .model import build_model
@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
     parser.add_argument("--seed", type=int, default=0, help="seed of the environment and the action sampling")
     parser.add_argument("--record", type=Path, metavar="DIR", help="write each episode as DIR/episode-N.gif")
+    parser.add_argument("--env", metavar="ID", help="the checkpoint's env id, needed to allow one that names a module "
+                        "to import (module:EnvId-v0): a checkpoint never makes this process import code by itself")
     parser.add_argument("--fps", type=int, default=30, help="frames per second of recorded GIFs (default: 30)")
     return parser
 
@@ -74,14 +76,27 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    saved = payload.get("config", {})
-    cfg = Config(**{k: v for k, v in saved.items() if k in Config.__dataclass_fields__})
+    try:
+        cfg = config_from_dict(payload.get("config"), f"{path} (its saved config)")
+    except ValueError as exc:
+        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    module, sep, _ = cfg.env.partition(":")
+    if sep and args.env != cfg.env:
+        print(f"error: {path}: its env '{cfg.env}' would import the module '{module}'; a checkpoint never imports code "
+              f"by itself: pass --env {cfg.env} to allow it", file=sys.stderr)
+        return 2
     try:
         info = describe_env(cfg.env, cfg.env_kwargs)
     except EnvSpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     model = build_model(info.obs_shape, info.num_actions, cfg.lstm_size)
+    try:
+        check_model_fits(payload, path, model)
+    except CheckpointError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     model.load_state_dict(payload["model"])
     model.eval()
     step = payload.get("global_step", "?")

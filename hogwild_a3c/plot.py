@@ -7,6 +7,7 @@ other runs are overlaid one line each. Needs the `plot` extra (pandas, matplotli
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -14,14 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from .config import Config, experiment_fields
 from .logs import load_run
 
 # Config fields that do not change what is being compared: seeds, budgets, bookkeeping.
-NOT_PART_OF_THE_EXPERIMENT = {
-    "seed", "run_dir", "max_steps", "max_seconds", "target_return", "no_progress", "tensorboard",
-    "eval_interval", "progress_interval", "checkpoint_interval", "keep_checkpoints", "stall_timeout",
-    "max_worker_restarts", "max_env_errors", "start_method",
-}
+NOT_PART_OF_THE_EXPERIMENT = {f.name for f in dataclasses.fields(Config)} - experiment_fields()
 
 
 def group_by_config(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

@@ -4,7 +4,7 @@ A run stops at the first of: a budget (`--max-steps`, `--max-seconds`), the targ
 (`--target-return`, over the last `--eval-episodes` evaluation returns), a signal, or a failure
 (a child that died beyond the restart policy, non-finite shared weights, a worker that skipped
 `--max-skipped-updates` updates in a row, a checkpoint that cannot be written). The first
-reason given is the one recorded. Exit status: 0 budget or target, 1 failure, 130 SIGINT,
+reason given is the one recorded, except that a failure outranks a budget or target reached. Exit status: 0 budget or target, 1 failure, 130 SIGINT,
 143 SIGTERM (2, bad input, never gets this far).
 """
 from __future__ import annotations
@@ -49,7 +49,11 @@ class StopPolicy:
         self._on_stop()
 
     def fail(self, message: str) -> None:
+        """A failure outranks a reached budget or target (a final checkpoint that cannot be
+        written must not end in exit 0), never a signal or an earlier failure."""
         self._record_error(f"run stopping: {message}")
+        if self.reason is not None and self.exit_code == EXIT_OK:
+            self.reason = None
         self.stop(f"failed: {message}", EXIT_FAILED)
 
     def on_signal(self, signum: int) -> None:

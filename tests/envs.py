@@ -2,6 +2,7 @@
 import so that `--env tests.envs:Name-v0` works in every process (children import it too)."""
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 
@@ -37,8 +38,9 @@ class FaultyEnv(CountingEnv):
     """A counting env that misbehaves at step `fail_at` of each instance.
 
     fault='raise': step raises, at most `max_failures` times per process (then behaves).
-    fault='nan': the reward is NaN. fault='hang': step sleeps for `hang_s` seconds.
-    fault='raise_in_worker0': raises only in the process whose rank file says 0 (unused by default).
+    fault='nan': the reward is NaN. fault='nan_obs': every observation from `fail_at` on is NaN.
+    fault='hang': step sleeps for `hang_s` seconds; 'hang_in_evaluator': only in the evaluator process.
+    fault='slow_start': the constructor sleeps `hang_s` seconds (a child still starting up).
     """
 
     failures_in_process = 0
@@ -50,9 +52,14 @@ class FaultyEnv(CountingEnv):
         self.max_failures = max_failures
         self.hang_s = hang_s
         self.steps_taken = 0
+        if fault == "slow_start":
+            time.sleep(hang_s)
 
     def step(self, action):
         self.steps_taken += 1
+        if self.fault == "hang_in_evaluator" and self.steps_taken == self.fail_at:
+            if multiprocessing.current_process().name.startswith("evaluator"):
+                time.sleep(self.hang_s)
         if self.steps_taken == self.fail_at:
             if self.fault == "raise" and FaultyEnv.failures_in_process < self.max_failures:
                 FaultyEnv.failures_in_process += 1
@@ -62,6 +69,9 @@ class FaultyEnv(CountingEnv):
             if self.fault == "nan":
                 obs, _, terminated, truncated, info = super().step(action)
                 return obs, float("nan"), terminated, truncated, info
+        if self.fault == "nan_obs" and self.steps_taken >= self.fail_at:
+            obs, reward, terminated, truncated, info = super().step(action)
+            return np.full_like(obs, np.nan), reward, terminated, truncated, info
         return super().step(action)
 
 
@@ -87,3 +97,20 @@ for _name, _cls in [
 ]:
     if _name not in gym.registry:
         gym.register(_name, entry_point=f"{__name__}:{_cls.__name__}")
+
+
+class OffsetActionEnv(CountingEnv):
+    """Actions are 1 and 2 (`Discrete(2, start=1)`); anything else raises, as a strict env would."""
+
+    def __init__(self, length: int = 10):
+        super().__init__(length=length)
+        self.action_space = gym.spaces.Discrete(2, start=1)
+
+    def step(self, action):
+        if action not in (1, 2):
+            raise ValueError(f"invalid action {action}")
+        return super().step(action)
+
+
+if "OffsetAction-v0" not in gym.registry:
+    gym.register("OffsetAction-v0", entry_point=f"{__name__}:OffsetActionEnv")
