@@ -40,24 +40,36 @@ def one_thread_per_child() -> None:
 def _die_with_parent(parent_pid: int) -> None:
     """Exit when the main process disappears, even after `kill -9` of it.
 
-    PR_SET_PDEATHSIG is Linux's way; the polling thread covers other systems and the window
-    between fork and prctl (if the parent died there, our parent pid has already changed).
+    PR_SET_PDEATHSIG is Linux's way; the polling thread covers other systems. Our direct parent
+    is the main process under `spawn` and the fork server under `forkserver` (which exits when
+    the main process does), so the thread watches for our parent changing, whichever it is.
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
+    parent = os.getppid()
+    if parent != parent_pid and not _exists(parent_pid):  # the main process died before we got here
+        os._exit(3)
 
     def watch() -> None:
         while True:
-            if os.getppid() != parent_pid:
+            if os.getppid() != parent:
                 os._exit(3)
             time.sleep(1.0)
 
-    if os.getppid() != parent_pid:
-        os._exit(3)
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def setup_child(parent_pid: int) -> None:

@@ -188,6 +188,8 @@ class ProcessChildren:
         """Ask every child to stop and wait for them; then terminate, then kill. Nothing here
         can block on a dead child: the stop request is a flag, reports are read without
         blocking, and joins have timeouts."""
+        if self.stopping:
+            return
         self.stopping = True
         self.shared.request_stop()
         deadline = time.monotonic() + JOIN_GRACE_S

@@ -114,3 +114,17 @@ class OffsetActionEnv(CountingEnv):
 
 if "OffsetAction-v0" not in gym.registry:
     gym.register("OffsetAction-v0", entry_point=f"{__name__}:OffsetActionEnv")
+
+
+class VaryingLengthEnv(CountingEnv):
+    """A counting env whose episodes last 3, 4 or 5 steps, set by the seed of its first reset,
+    so that the envs of one worker end their episodes at different steps of a rollout."""
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.length = 3 + seed % 3
+        return super().reset(seed=seed, options=options)
+
+
+if "VaryingLength-v0" not in gym.registry:
+    gym.register("VaryingLength-v0", entry_point=f"{__name__}:VaryingLengthEnv")

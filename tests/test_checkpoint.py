@@ -1,0 +1,115 @@
+"""The checkpoint format's owner: best.pt on improvement only, kept across resume and preferred
+by evaluate; resume with more workers and with shared Adam statistics; forkserver children."""
+import math
+
+import pandas as pd
+import torch
+
+from hogwild_a3c import train
+from hogwild_a3c.checkpoint import Progress, load_checkpoint, restore_training, training_payload
+from hogwild_a3c.config import Config
+from hogwild_a3c.envs import describe_env
+from hogwild_a3c.evaluate import resolve_checkpoint
+from hogwild_a3c.evaluator import Evaluator
+from hogwild_a3c.model import build_model
+from hogwild_a3c.shared import SharedState, copy_weights
+from tests.test_faults import CARTPOLE, last_session
+
+
+class FixedLink:
+    """An `EvaluatorLink` over a model in this process, recording what the evaluator reports."""
+
+    def __init__(self, model):
+        self.model, self.reported = model, []
+
+    def snapshot(self, model):
+        copy_weights(model, self.model)
+
+    def global_step(self):
+        return 1000
+
+    def report_evaluation(self, global_step, episodes):
+        self.reported.append((global_step, episodes))
+
+    def heartbeat(self):
+        pass
+
+    def should_stop(self):
+        return False
+
+
+def test_best_pt_is_written_only_on_improvement(tmp_path):
+    cfg = Config(env="CartPole-v1", eval_episodes=2, lstm_size=8)
+    info = describe_env(cfg.env)
+    link = FixedLink(build_model(info.obs_shape, info.num_actions, 8))
+    best = tmp_path / "checkpoints" / "best.pt"
+    assert Evaluator(cfg, info, link, tmp_path, best_return=1e9, seed=0).evaluate()
+    assert not best.exists() and len(link.reported) == 1  # reported, but no better than before
+    evaluator = Evaluator(cfg, info, link, tmp_path, best_return=-math.inf, seed=0)
+    evaluator.evaluate()
+    payload = load_checkpoint(best)
+    assert payload["kind"] == "best" and payload["global_step"] == 1000
+    assert payload["eval_mean_return"] == sum(r for r, _ in link.reported[-1][1]) / 2
+    written = best.stat().st_mtime_ns
+    evaluator.best_return = 1e9
+    evaluator.evaluate()
+    assert best.stat().st_mtime_ns == written
+
+
+def test_best_is_kept_across_resume_and_preferred_by_evaluate(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = [*CARTPOLE, "--num-workers", "0", "--eval-interval", "0.01", "--eval-episodes", "1"]
+    assert train.main([*argv, "--max-steps", "300", "--run-dir", str(run_dir)]) == 0
+    best = load_checkpoint(run_dir / "checkpoints" / "best.pt")
+    latest = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    assert latest["best_eval_return"] == best["eval_mean_return"] == pd.read_csv(run_dir / "eval.csv")[
+        "episode_return"].max()
+    assert train.main(["--resume", str(run_dir), "--max-steps", "600", "--no-progress"]) == 0
+    resumed = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    assert resumed["best_eval_return"] >= best["eval_mean_return"]
+    payload, path = resolve_checkpoint(run_dir)
+    assert path.name == "best.pt" and payload["eval_mean_return"] == resumed["best_eval_return"]
+
+
+def test_resume_with_more_workers_gives_new_slots_an_old_workers_statistics(tmp_path):
+    run_dir = tmp_path / "run"
+    assert train.main([*CARTPOLE, "--num-workers", "1", "--max-steps", "1000", "--eval-episodes", "0",
+                       "--run-dir", str(run_dir)]) == 0
+    before = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    assert train.main(["--resume", str(run_dir), "--num-workers", "2", "--max-steps", "3000", "--no-progress"]) == 0
+    after = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    assert len(after["optimizer"]["states"]) == 2 and after["global_step"] >= 3000
+    old = int(before["optimizer"]["states"][0]["step"][0])
+    assert all(int(state["step"][0]) > old for state in after["optimizer"]["states"])
+    assert last_session(run_dir)["num_workers"] == 2
+
+
+def test_resume_with_shared_adam_continues_its_one_set_of_statistics(tmp_path):
+    run_dir = tmp_path / "run"
+    argv = ["--num-workers", "0", "--optimizer", "shared-adam", "--eval-episodes", "0"]
+    assert train.main([*CARTPOLE, *argv, "--max-steps", "400", "--run-dir", str(run_dir)]) == 0
+    before = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["optimizer"]
+    assert train.main(["--resume", str(run_dir), "--max-steps", "800", "--no-progress"]) == 0
+    after = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["optimizer"]
+    assert after["kind"] == "shared-adam" and len(after["states"]) == 1
+    assert int(after["states"][0]["step"][0]) == int(before["states"][0]["step"][0]) + 20
+
+
+def test_restore_is_the_inverse_of_the_payload():
+    torch.manual_seed(0)
+    shared = SharedState.create(build_model((4,), 2, 8), 2, "adam", 1e-3)
+    shared.optimizer_states[1]["step"].fill_(7)
+    progress = Progress(1234, 56.5, 3, 9.5, {"updates": 10, "skipped_updates": 1, "env_errors": 2, "worker_restarts": 0})
+    payload = training_payload(shared.snapshot_weights(), shared, Config(env="CartPole-v1"), progress)
+    fresh = SharedState.create(build_model((4,), 2, 8), 2, "adam", 1e-3)
+    assert restore_training(fresh, payload) == progress
+    assert fresh.global_step() == 1234 and int(fresh.optimizer_states[1]["step"][0]) == 7
+    for key, value in shared.snapshot_weights().items():
+        assert torch.equal(fresh.model.state_dict()[key], value)
+
+
+def test_forkserver_children_train(tmp_path):
+    run_dir = tmp_path / "run"
+    assert train.main([*CARTPOLE, "--num-workers", "1", "--start-method", "forkserver", "--max-steps", "1000",
+                       "--eval-episodes", "1", "--eval-interval", "1", "--run-dir", str(run_dir)]) == 0
+    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["global_step"] >= 1000

@@ -1,0 +1,67 @@
+"""When a run stops, why, and with which exit status."""
+import signal
+
+import torch
+
+from hogwild_a3c.config import Config
+from hogwild_a3c.shared import STAT, STAT_NAMES
+from hogwild_a3c.stop_policy import StopPolicy
+
+
+def policy(**overrides):
+    stops, errors = [], []
+    p = StopPolicy(Config(**overrides), on_stop=lambda: stops.append(1), record_error=errors.append, log=lambda m: None)
+    return p, stops, errors
+
+
+def test_budgets():
+    p, stops, _ = policy(max_steps=100, max_seconds=10.0)
+    p.check_budgets(99, 9.9)
+    assert not p.stopping and not stops
+    p.check_budgets(100, 0.0)
+    assert (p.reason, p.exit_code) == ("max_steps", 0) and stops
+
+
+def test_target_uses_the_last_eval_episodes_returns():
+    p, _, _ = policy(target_return=10.0, eval_episodes=3)
+    p.on_evaluation([20.0, 20.0])
+    assert not p.stopping  # not enough episodes yet
+    p.on_evaluation([0.0, 9.0])
+    assert not p.stopping  # mean of 20, 0, 9 is below 10
+    p.on_evaluation([30.0])
+    assert p.reason == "target_return"
+
+
+def test_first_reason_wins_but_a_failure_outranks_a_budget():
+    p, _, errors = policy(max_steps=1)
+    p.check_budgets(5, 0.0)
+    p.fail("no space left on device while writing x")
+    assert (p.reason, p.exit_code) == ("failed: no space left on device while writing x", 1)
+    assert errors == ["run stopping: no space left on device while writing x"]
+    p.fail("something later")
+    assert p.reason == "failed: no space left on device while writing x"
+
+
+def test_signals_and_a_second_signal_is_fast():
+    p, _, _ = policy()
+    p.on_signal(signal.SIGTERM)
+    assert (p.reason, p.exit_code, p.fast) == ("interrupted (SIGTERM)", 143, False)
+    p.fail("a save failed")  # a signal is not outranked
+    assert p.exit_code == 143
+    p.on_signal(signal.SIGINT)
+    assert p.fast
+
+
+def test_non_finite_weights_and_skipped_updates_fail_the_run():
+    p, _, _ = policy()
+    assert p.check_weights({"w": torch.ones(3)})
+    assert not p.check_weights({"w": torch.tensor([1.0, float("nan")])})
+    assert p.reason.startswith("failed: the shared weights became non-finite")
+    p, _, _ = policy(max_skipped_updates=5)
+    stats = torch.zeros(2, len(STAT_NAMES), dtype=torch.float64)
+    stats[1, STAT["skipped_in_a_row"]] = 4
+    p.check_learning(stats)
+    assert not p.stopping
+    stats[1, STAT["skipped_in_a_row"]] = 5
+    p.check_learning(stats)
+    assert p.reason.startswith("failed: worker 1 skipped 5 updates in a row")

@@ -1,0 +1,87 @@
+"""The supervisor with real child processes: restart policy, Adam statistics kept across a
+restart, stall reports from the heartbeat slots, and a stop that leaves no process."""
+import os
+import signal
+import time
+
+import pytest
+import torch
+
+from hogwild_a3c.config import Config
+from hogwild_a3c.envs import describe_env
+from hogwild_a3c.model import build_model
+from hogwild_a3c.shared import NOT_READY, SharedState
+from hogwild_a3c.supervisor import Hooks, ProcessChildren, RestartBudget
+from tests.conftest import alive
+
+
+def wait_until(condition, timeout=60.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def children(tmp_path):
+    cfg = Config(env="CartPole-v1", num_workers=1, eval_episodes=0, lstm_size=8, max_worker_restarts=1,
+                 stall_timeout=2.0)
+    info = describe_env(cfg.env)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, 8), 1, "adam", 1e-3)
+    said = {"log": [], "error": [], "fail": [], "messages": []}
+    hooks = Hooks(log=said["log"].append, error=said["error"].append, fail=said["fail"].append,
+                  pids_changed=lambda pids: None, best_return=lambda: float("-inf"), deliver=said["messages"].extend)
+    supervisor = ProcessChildren(cfg, info, shared, str(tmp_path), 0, hooks)
+    yield supervisor, shared, said
+    supervisor.stop(lambda messages: None, lambda: True)
+
+
+@pytest.mark.timeout(120)
+def test_a_restarted_worker_keeps_its_adam_statistics_and_steps(children):
+    supervisor, shared, said = children
+    supervisor.start()
+    adam_steps = shared.optimizer_states[0]["step"]
+    wait_until(lambda: float(adam_steps[0]) >= 5)
+    first = supervisor.worker_pids()[0]
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: not alive(first))
+    steps_before, adam_before = shared.global_step(), float(adam_steps[0])
+    supervisor.check()
+    assert said["log"] == ["worker 0 was killed by signal 9; restarting it (1/1)"] and not said["fail"]
+    assert supervisor.worker_pids()[0] != first
+    wait_until(lambda: float(adam_steps[0]) >= adam_before + 5)
+    assert shared.global_step() > steps_before  # counted on from where it stopped
+    os.kill(supervisor.worker_pids()[0], signal.SIGKILL)
+    wait_until(lambda: supervisor.children[0].process.exitcode is not None)
+    supervisor.check()  # the one restart allowed is used up
+    assert said["fail"] == ["worker 0 was killed by signal 9"]
+
+
+@pytest.mark.timeout(120)
+def test_stalls_are_judged_only_after_ready_and_stop_leaves_no_process(children):
+    supervisor, shared, said = children
+    supervisor.start()
+    assert float(shared.heartbeats[0]) == NOT_READY  # starting: no stall clock yet
+    supervisor.check()
+    wait_until(lambda: float(shared.heartbeats[0]) != NOT_READY)
+    pid = supervisor.worker_pids()[0]
+    os.kill(pid, signal.SIGSTOP)  # frozen: alive, but its heartbeat stops
+    try:
+        wait_until(lambda: time.time() - float(shared.heartbeats[0]) > 2.5)
+        supervisor.check()
+        assert said["error"] and said["error"][0].startswith("worker 0 stalled")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: time.time() - float(shared.heartbeats[0]) < 1.0)
+    supervisor.check()
+    assert said["log"][-1] == "worker 0 is making progress again"
+    supervisor.stop(lambda messages: None, lambda: False)
+    assert not alive(pid) and shared.stop_requested()
+
+
+def test_restart_budget():
+    budget = RestartBudget(2)
+    assert budget.take() and budget.take() and not budget.take()
+    assert budget.used == 2
