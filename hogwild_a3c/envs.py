@@ -37,31 +37,57 @@ def _linear_resize_matrix(src: int, dst: int) -> np.ndarray:
     return matrix
 
 
-def _universe_resize_matrix() -> np.ndarray:
-    """160 -> 80 -> 42 as one [42, 160] matrix, folded with the 1/255 scale.
+def _universe_resize_matrix(channels: int = 1) -> np.ndarray:
+    """160 -> 80 -> 42 as one [42, 160] matrix, folded with the 1/255 scale (and, for a frame
+    whose `channels` were summed, the 1/channels of their mean).
 
     Universe shrinks in two linear steps; both are linear maps, so their product applied on
     each side (M @ frame @ M.T) gives the same pixels with two small matmuls per frame.
     """
     halve = _linear_resize_matrix(160, 80)
     shrink = _linear_resize_matrix(80, FRAME_SIZE)
-    return (shrink @ halve) / np.sqrt(255.0, dtype=np.float32)
+    return (shrink @ halve) / np.sqrt(255.0 * channels, dtype=np.float32)
+
+
+# How an Atari frame becomes grey. `fast`: ALE's own greyscale (luminance-weighted, computed
+# inside the emulator), one channel to resize. `seed`: the RGB screen and the plain mean of its
+# channels, as universe-starter-agent's `_process_frame42` does; the two differ by up to about
+# 24/255 per pixel on Pong. `seed` costs about 35 us more per frame here (70 against 35 us on
+# one core, `make bench-frames`); `fast` is the default, and every Pong result in this repo used it.
+FRAME_MODES = ("fast", "seed")
 
 
 class Universe42(gym.ObservationWrapper):
-    """Greyscale Atari frame -> 1x42x42 float32 in [0, 1] (universe-starter-agent's `_process_frame42`)."""
+    """Atari frame -> 1x42x42 float32 in [0, 1]: universe-starter-agent's `_process_frame42`.
+
+    `_process_frame42` crops rows 34..194, resizes the RGB frame 160x160 -> 80x80 -> 42x42,
+    averages the three channels and scales by 1/255. Resizing and averaging are both linear, so
+    averaging first gives the same pixels with a third of the resizing. Given an RGB frame
+    (ALE's `obs_type="rgb"`, `frame="seed"`) this is that computation; given ALE's greyscale frame
+    (`frame="fast"`, the default) the channel mean is replaced by ALE's luminance weighting.
+    One difference from the seed remains in both: OpenCV resizes uint8 images and rounds each
+    resized image to whole levels; here the resize stays in float32 (measured: under 0.7/255).
+    """
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
         self._resize = _universe_resize_matrix()
         self._resize_t = np.ascontiguousarray(self._resize.T)
+        # For RGB frames: the channel sum goes through, and 1/3 is folded into the matrix.
+        self._resize_rgb = _universe_resize_matrix(channels=3)
+        self._resize_rgb_t = np.ascontiguousarray(self._resize_rgb.T)
         self.observation_space = gym.spaces.Box(0.0, 1.0, (1, FRAME_SIZE, FRAME_SIZE), np.float32)
 
     def observation(self, frame: np.ndarray) -> np.ndarray:
+        cropped = frame[ATARI_CROP_ROWS]
         if frame.ndim == 3:  # an RGB frame: universe averages the channels
-            frame = frame.mean(axis=2)
-        cropped = frame[ATARI_CROP_ROWS].astype(np.float32)
-        small = self._resize @ cropped @ self._resize_t
+            # The channel sum in uint16 (exact, at most 765), then one conversion to float32:
+            # about 8x faster than `frame.mean(axis=2)`, which goes through float64.
+            summed = np.add(cropped[..., 0], cropped[..., 1], dtype=np.uint16)
+            summed += cropped[..., 2]
+            small = self._resize_rgb @ summed.astype(np.float32) @ self._resize_rgb_t
+        else:
+            small = self._resize @ cropped.astype(np.float32) @ self._resize_t
         return np.clip(small, 0.0, 1.0, out=small)[None]
 
 
@@ -101,15 +127,31 @@ def is_atari(env_id: str) -> bool:
     return isinstance(spec.entry_point, str) and spec.entry_point.startswith("ale_py")
 
 
-def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None, render_mode: str | None = None) -> gym.Env:
-    """Build one training environment; safe to call in any process."""
+def make_env(
+    env_id: str,
+    env_kwargs: dict[str, Any] | None = None,
+    render_mode: str | None = None,
+    frame: str = "fast",
+) -> gym.Env:
+    """Build one training environment; safe to call in any process.
+
+    `frame` ("fast" or "seed", see FRAME_MODES) chooses how Atari frames become grey; other
+    envs ignore it. `env_kwargs={"obs_type": "rgb"}` also gives the seed's frames.
+    """
+    if frame not in FRAME_MODES:
+        raise EnvSpecError(f"--frame must be one of {', '.join(FRAME_MODES)} (got {frame!r})")
     kwargs = dict(env_kwargs or {})
     if render_mode is not None:
         kwargs["render_mode"] = render_mode
     env_id = _import_env_module(env_id)
     if is_atari(env_id):
-        # Greyscale straight from ALE saves the RGB->grey conversion on every frame.
-        kwargs.setdefault("obs_type", "grayscale")
+        wanted = "rgb" if frame == "seed" else "grayscale"
+        given = kwargs.setdefault("obs_type", wanted)
+        if frame == "seed" and given != "rgb":
+            raise EnvSpecError(f"--frame seed needs RGB frames from ALE, but --env-kwargs sets obs_type={given!r}")
+        if given not in ("rgb", "grayscale"):
+            raise EnvSpecError(f"--env-kwargs obs_type={given!r}: the 42x42 preprocessing needs 'grayscale' or 'rgb'")
+        # Greyscale straight from ALE (`fast`) saves the RGB->grey conversion on every frame.
         return Universe42(gym.make(env_id, **kwargs))
     return gym.make(env_id, **kwargs)
 
@@ -120,10 +162,10 @@ class EnvInfo:
     num_actions: int
 
 
-def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> EnvInfo:
+def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: str = "fast") -> EnvInfo:
     """Make the env once, check the model can train on it, and return what the model needs."""
     try:
-        env = make_env(env_id, env_kwargs)
+        env = make_env(env_id, env_kwargs, frame=frame)
     except ModuleNotFoundError as exc:
         raise EnvSpecError(f"--env '{env_id}': cannot import module '{exc.name}'") from None
     except gym.error.Error as exc:
