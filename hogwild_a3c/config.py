@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,23 +71,40 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+# `--help` shows the flags in groups, as Config lists its fields: each group starts at the field
+# named here and takes every field after it up to the next group's first field, so a new field
+# joins the group it is written in.
+HELP_GROUPS = {
+    "env": "environment",
+    "num_workers": "processes",
+    "max_steps": "budgets (a run stops at the first one reached)",
+    "rollout_steps": "algorithm (the seed's values)",
+    "eval_interval": "evaluation, logging and the run directory",
+    "max_worker_restarts": "faults",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m hogwild_a3c.train",
         description="Train an A3C agent with lock-free (Hogwild) workers sharing one model.",
         argument_default=argparse.SUPPRESS,  # so that flags the user actually gave can be told apart
+        allow_abbrev=False,  # `--envs 4` must not quietly mean `--envs-per-worker 4`
     )
+    group: argparse._ActionsContainer = parser
     for f in dataclasses.fields(Config):
+        if f.name in HELP_GROUPS:
+            group = parser.add_argument_group(HELP_GROUPS[f.name])
         kwargs = {k: v for k, v in f.metadata.items()}
         help_text = kwargs.pop("help")
         if f.type in ("bool", bool):
-            parser.add_argument(_flag(f.name), action="store_true", help=help_text)
+            group.add_argument(_flag(f.name), action="store_true", help=help_text)
             continue
         type_ = {"int": int, "float": float, "str": str, "dict": str}[f.type if isinstance(f.type, str) else f.type.__name__]
         metavar = "KEY=VALUE" if f.name == "env_kwargs" else None
-        if "default:" not in help_text:
+        if not re.search(r"\bdefault\b", help_text):  # unless the help already tells its default
             help_text += f" (default: {'none' if f.default is None else f.default})"
-        parser.add_argument(_flag(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)
+        group.add_argument(_flag(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     return parser
 

@@ -8,7 +8,14 @@ line instead of a traceback from every worker.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
+import inspect
+import json
+import multiprocessing as mp
+import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +163,121 @@ def make_env(
     return gym.make(env_id, **kwargs)
 
 
+def _namespace_hint(env_id: str) -> str:
+    """For a bare id that exists under a namespace (`Pong-v5` -> `ALE/Pong-v5`): a suggestion."""
+    if "/" in env_id or ":" in env_id:
+        return ""
+    matches = sorted(name for name in gym.registry if name.endswith("/" + env_id))
+    return f"; did you mean {' or '.join(repr(m) for m in matches[:3])}?" if matches else ""
+
+
+def _kwargs_error(env_id: str, env_kwargs: dict[str, Any], exc: TypeError) -> str:
+    """One line for keyword arguments the env's constructor refused. Gymnasium's own message
+    repeats every keyword argument the env got (its defaults too); name the bad one instead."""
+    given = " ".join(f"{k}={v!r}" for k, v in env_kwargs.items())
+    message = str(exc).split(" was raised from the environment creator")[0]
+    bad = re.search(r"unexpected keyword argument '(\w+)'", message)
+    if bad is None:
+        return f"--env-kwargs {given}: rejected by '{env_id}' ({message})"
+    key = bad.group(1)
+    valid = _constructor_keywords(env_id)
+    hint = f" (its constructor takes: {', '.join(valid)})" if valid else ""
+    return f"--env-kwargs {key}={env_kwargs.get(key, '?')!r}: '{env_id}' has no keyword argument '{key}'{hint}"
+
+
+def _constructor_keywords(env_id: str) -> list[str]:
+    """The keyword arguments the env's class accepts, when it says so plainly (no **kwargs)."""
+    try:
+        creator = gym.spec(_import_env_module(env_id)).entry_point
+        if isinstance(creator, str):
+            creator = gym.envs.registration.load_env_creator(creator)
+        params = inspect.signature(creator).parameters.values()
+    except Exception:  # noqa: BLE001 - only a hint: leave it out when it cannot be had
+        return []
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+
+
+@functools.lru_cache(maxsize=1)
+def _fresh_process_env_ids() -> frozenset[str] | None:
+    """The ids a new interpreter knows after importing only gymnasium and ale_py (asked once per
+    process, about 0.5 s); None if that interpreter could not say."""
+    code = "import json, gymnasium, ale_py; gymnasium.register_envs(ale_py); print(json.dumps(list(gymnasium.registry)))"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        return frozenset(json.loads(proc.stdout.strip().splitlines()[-1])) if proc.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+def _report_registered(env_id: str, conn) -> None:
+    """Runs in a probe child: does a child started like a worker know `env_id`?"""
+    register_atari()
+    conn.send(env_id in gym.registry)
+
+
+def _child_knows(env_id: str, start_method: str, timeout: float = 60.0) -> bool | None:
+    """Start one child the way workers start (which re-runs the main script, if there is one, as
+    `__mp_main__`) and ask it; None if it did not answer."""
+    ctx = mp.get_context(start_method)
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_report_registered, args=(env_id, send), daemon=True)
+    try:
+        child.start()
+        send.close()
+        return bool(receive.recv()) if receive.poll(timeout) else None
+    except (OSError, EOFError, RuntimeError):
+        return None
+    finally:
+        child.join(5)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        receive.close()
+
+
+def _entry_point_module(spec: Any) -> str | None:
+    entry = spec.entry_point
+    if isinstance(entry, str):
+        return entry.partition(":")[0] or None
+    return getattr(entry, "__module__", None)
+
+
+def check_spawnable(env_id: str, start_method: str = "spawn") -> str | None:
+    """Why worker processes could not make `env_id` although this process can, as one line; None
+    when they can (or when this process cannot make it either: `describe_env` reports that).
+
+    Children start fresh: they know the ids that gymnasium and ale_py register, the ids of a
+    `module:EnvId-v0` (they import the module), and what the main script registers when they
+    re-run it. An env registered in a notebook, or by a module imported only in this process,
+    is unknown to them, and every worker would fail with Gymnasium's traceback.
+    """
+    if ":" in env_id:
+        return None
+    register_atari()
+    spec = gym.registry.get(env_id)
+    if spec is None:
+        return None
+    fresh = _fresh_process_env_ids()
+    if fresh is None or env_id in fresh:
+        return None
+    main = sys.modules.get("__main__")
+    reruns_main = getattr(main, "__file__", None) is not None  # spawn/forkserver re-run a main script
+    if reruns_main and _child_knows(env_id, start_method) is not False:
+        return None
+    module = _entry_point_module(spec)
+    where = "in __main__ (a notebook or the interactive prompt)" if module in (None, "__main__", "__mp_main__") else "in this process only"
+    if module in (None, "__main__", "__mp_main__"):
+        fix = f"move the env class and its gymnasium.register call into a module and give --env MODULE:{env_id}"
+    else:
+        fix = f"give --env MODULE:{env_id} with the module that registers it (perhaps --env {module}:{env_id})"
+    return (
+        f"--env '{env_id}' is registered {where}; worker processes start fresh and cannot make it: "
+        f"{fix}, or train in this process with --num-workers 0"
+    )
+
+
 @dataclass(frozen=True)
 class EnvInfo:
     obs_shape: tuple[int, ...]
@@ -169,9 +291,10 @@ def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: s
     except ModuleNotFoundError as exc:
         raise EnvSpecError(f"--env '{env_id}': cannot import module '{exc.name}'") from None
     except gym.error.Error as exc:
-        raise EnvSpecError(f"--env '{env_id}': {str(exc).splitlines()[0]}") from None
+        message, hint = str(exc).splitlines()[0], _namespace_hint(env_id)
+        raise EnvSpecError(f"--env '{env_id}': {message.rstrip('.') + hint if hint else message}") from None
     except TypeError as exc:
-        raise EnvSpecError(f"--env-kwargs {env_kwargs}: rejected by '{env_id}' ({exc})") from None
+        raise EnvSpecError(_kwargs_error(env_id, env_kwargs or {}, exc)) from None
     try:
         if not isinstance(env.action_space, gym.spaces.Discrete):
             raise EnvSpecError(
