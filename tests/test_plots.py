@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import sys
 
 import nbformat
 import numpy as np
@@ -120,6 +121,15 @@ def test_odd_sized_frames_become_an_mp4_with_every_frame(tmp_path):
     decoded = decoded_frames(tmp_path / "odd.mp4")
     assert len(decoded) == 7 and decoded[0].shape == (42, 34, 3)
     assert abs(int(decoded[3].mean()) - 60) <= 3
+
+
+def test_mp4_without_imageio_ffmpeg_is_one_line_that_offers_gif(tiny_runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # as if not installed
+    assert evaluate.main([str(tiny_runs[0]), "--episodes", "1", "--record", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs imageio-ffmpeg" in err[0] and "--video-format gif" in err[0]
+    assert evaluate.video_writer_problem("gif") is None
+    assert not (tmp_path / "v").exists()
 
 
 def test_evaluate_cli_bad_input(tmp_path, capsys):
