@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train test test-slow smoke bench-throughput bench-cartpole bench-pong bench-pong-compare profile-hot-loop plot notebook clean
+.PHONY: install train test test-slow smoke bench-throughput bench-cartpole bench-pong bench-pong-compare bench-frames profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ bench-pong: $(STAMP)
 
 bench-pong-compare: $(STAMP)
 	$(PY) experiments/bench_pong_compare.py $(ARGS)
+
+bench-frames: $(STAMP)
+	$(PY) experiments/bench_frames.py $(ARGS)
 
 profile-hot-loop: $(STAMP)
 	$(PY) experiments/profile_hot_loop.py $(ARGS)

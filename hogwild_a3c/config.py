@@ -12,12 +12,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 
-def _opt(default: Any, help: str, resumable: bool = False, experiment: bool = True, **argparse_kwargs: Any) -> Any:
-    return field(default=default, metadata={"help": help, "resumable": resumable, "experiment": experiment, **argparse_kwargs})
+def _opt(default: Any, help: str, resumable: bool = False, experiment: bool = True, required_when_saved: bool = False,
+         **argparse_kwargs: Any) -> Any:
+    return field(default=default, metadata={"help": help, "resumable": resumable, "experiment": experiment,
+                                            "required_when_saved": required_when_saved, **argparse_kwargs})
 
 
 def _run(default: Any, help: str, **argparse_kwargs: Any) -> Any:
@@ -28,10 +31,14 @@ def _run(default: Any, help: str, **argparse_kwargs: Any) -> Any:
 @dataclass
 class Config:
     # What to train on
-    env: str = _opt("ALE/Pong-v5", "Gymnasium id (also `module:EnvId-v0`) with a Discrete action space")
+    env: str = _opt("ALE/Pong-v5", "Gymnasium id (also `module:EnvId-v0`) with a Discrete action space",
+                    required_when_saved=True)
     env_kwargs: dict = _opt(
         None, "extra keyword arguments for gymnasium.make, as KEY=VALUE (VALUE a Python literal)", nargs="*"
     )
+    frame: str = _opt("fast", "how Atari frames become grey: fast = ALE's luminance greyscale; seed = the mean of the "
+                      "RGB channels, as the seed's _process_frame42 (about 35 us more per frame); other envs ignore it",
+                      choices=["fast", "seed"])
     # Processes
     num_workers: int | None = _opt(None, "worker processes; 0 runs one worker in the main process (serial, repeatable); default: one per core", resumable=True)
     envs_per_worker: int = _opt(1, "environments each worker steps, acting on them as one batch; a worker then updates once per envs x rollout steps, so raise --lr with it (Pong, 8 envs: 4e-4)")
@@ -105,14 +112,15 @@ def _fits(value: Any, type_: type, optional: bool) -> bool:
 
 def config_from_dict(data: Any, source: str) -> Config:
     """A saved config back as a `Config`, checked like the command line; raises ValueError with
-    one line per problem, each naming `source`. A field missing from an older file takes its
-    default when it is not part of the experiment; a missing experiment field is an error."""
+    one line per problem, each naming `source`. A field missing from the file takes its default
+    (older versions wrote fewer fields), except the env, without which nothing is known; a
+    changed default cannot slip through, as resume compares the config with the checkpoint's."""
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected a JSON object of settings, found {type(data).__name__}")
     values, errors = {}, []
     for f in dataclasses.fields(Config):
         if f.name not in data:
-            if f.metadata["experiment"]:
+            if f.metadata["required_when_saved"]:
                 errors.append(f"{source}: missing setting '{f.name}'")
             continue
         type_, optional = _base_type(f)
@@ -131,24 +139,41 @@ def config_from_dict(data: Any, source: str) -> Config:
     return cfg
 
 
+# `--help` shows the flags in groups, as Config lists its fields: each group starts at the field
+# named here and takes every field after it up to the next group's first field, so a new field
+# joins the group it is written in.
+HELP_GROUPS = {
+    "env": "environment",
+    "num_workers": "processes",
+    "max_steps": "budgets (a run stops at the first one reached)",
+    "rollout_steps": "algorithm (the seed's values)",
+    "eval_interval": "evaluation, logging and the run directory",
+    "max_worker_restarts": "faults",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m hogwild_a3c.train",
         description="Train an A3C agent with lock-free (Hogwild) workers sharing one model.",
         argument_default=argparse.SUPPRESS,  # so that flags the user actually gave can be told apart
+        allow_abbrev=False,  # `--envs 4` must not quietly mean `--envs-per-worker 4`
     )
+    group: argparse._ActionsContainer = parser
     for f in dataclasses.fields(Config):
-        kwargs = {k: v for k, v in f.metadata.items() if k not in ("resumable", "experiment")}
+        if f.name in HELP_GROUPS:
+            group = parser.add_argument_group(HELP_GROUPS[f.name])
+        kwargs = {k: v for k, v in f.metadata.items() if k not in ("resumable", "experiment", "required_when_saved")}
         help_text = kwargs.pop("help")
         if f.type in ("bool", bool):
-            parser.add_argument(flag_name(f.name), action="store_true", help=help_text)
+            group.add_argument(flag_name(f.name), action="store_true", help=help_text)
             continue
         type_, _ = _base_type(f)
         type_ = str if type_ is dict else type_
         metavar = "KEY=VALUE" if f.name == "env_kwargs" else None
-        if "default:" not in help_text:
+        if not re.search(r"\bdefault\b", help_text):  # unless the help already tells its default
             help_text += f" (default: {'none' if f.default is None else f.default})"
-        parser.add_argument(flag_name(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)
+        group.add_argument(flag_name(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     return parser
 

@@ -1,8 +1,9 @@
 """`python -m hogwild_a3c.evaluate CHECKPOINT_OR_RUN_DIR`: play a saved policy and print returns.
 
 Given a run directory it plays `checkpoints/best.pt` when there is one (the policy that scored
-best in evaluation), else `checkpoints/latest.pt`. `--record DIR` writes each episode as a GIF
-(needs the `video` extra: imageio and pillow).
+best in evaluation), else `checkpoints/latest.pt`. `--record DIR` writes each episode as an MP4
+(H.264, through the ffmpeg binary that the `imageio-ffmpeg` wheel ships) or, with
+`--video-format gif`, as a GIF (through pillow); both need the `video` extra.
 """
 from __future__ import annotations
 
@@ -30,25 +31,69 @@ def resolve_checkpoint(target: Path) -> tuple[dict, Path]:
     return load_checkpoint(target), target
 
 
+VIDEO_FORMATS = ("mp4", "gif")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hogwild_a3c.evaluate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m hogwild_a3c.evaluate", description=__doc__.splitlines()[0], allow_abbrev=False
+    )
     parser.add_argument("target", metavar="CHECKPOINT_OR_RUN_DIR", type=Path)
     parser.add_argument("--episodes", type=int, default=5, help="episodes to play (default: 5)")
     parser.add_argument("--greedy", action="store_true", help="take the most likely action instead of sampling")
     parser.add_argument("--seed", type=int, default=0, help="seed of the environment and the action sampling")
-    parser.add_argument("--record", type=Path, metavar="DIR", help="write each episode as DIR/episode-N.gif")
+    parser.add_argument("--record", type=Path, metavar="DIR", help="write each episode as DIR/episode-N.mp4 (or .gif)")
+    parser.add_argument("--video-format", choices=VIDEO_FORMATS, default="mp4",
+                        help="mp4: H.264, small, plays everywhere; gif: no ffmpeg needed (default: mp4)")
     parser.add_argument("--env", metavar="ID", help="the checkpoint's env id, needed to allow one that names a module "
                         "to import (module:EnvId-v0): a checkpoint never makes this process import code by itself")
-    parser.add_argument("--fps", type=int, default=30, help="frames per second of recorded GIFs (default: 30)")
+    parser.add_argument("--fps", type=int, default=30, help="frames per second of recorded videos (default: 30)")
     return parser
 
 
-def _gif_writer():
+def video_writer_problem(video_format: str) -> str | None:
+    """Why `video_format` cannot be written here (a missing package), or None."""
     try:
-        import imageio.v2 as imageio
+        import imageio.v2  # noqa: F401
     except ImportError:
-        return None
-    return imageio
+        return "--record needs imageio: pip install -e '.[video]'"
+    if video_format == "mp4":
+        try:
+            import imageio_ffmpeg
+
+            imageio_ffmpeg.get_ffmpeg_exe()
+        except (ImportError, RuntimeError) as exc:
+            return f"--record in mp4 needs imageio-ffmpeg ({exc}): pip install -e '.[video]', or give --video-format gif"
+    else:
+        try:
+            import PIL  # noqa: F401
+        except ImportError:
+            return "--record in gif needs pillow: pip install -e '.[video]'"
+    return None
+
+
+def _even(frame: np.ndarray) -> np.ndarray:
+    """H.264 in yuv420p needs an even width and height: repeat the last row/column if odd."""
+    pad_h, pad_w = frame.shape[0] % 2, frame.shape[1] % 2
+    if pad_h or pad_w:
+        frame = np.pad(frame, ((0, pad_h), (0, pad_w), (0, 0)), mode="edge")
+    return frame
+
+
+def write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
+    """Write RGB `frames` to `path` (.mp4 or .gif) through a temp file, so that a file with the
+    final name is always complete."""
+    import imageio.v2 as imageio
+
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    if path.suffix == ".gif":
+        imageio.mimsave(tmp, frames, duration=1000 / fps, loop=0)
+    else:
+        with imageio.get_writer(tmp, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p",
+                                macro_block_size=2, ffmpeg_log_level="error") as writer:
+            for frame in frames:
+                writer.append_data(_even(np.asarray(frame)))
+    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,11 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.target.exists():
         print(f"error: {args.target}: no such checkpoint file or run directory", file=sys.stderr)
         return 2
-    imageio = None
+    if args.fps < 1:
+        print(f"error: --fps must be an integer >= 1 (got {args.fps})", file=sys.stderr)
+        return 2
     if args.record is not None:
-        imageio = _gif_writer()
-        if imageio is None:
-            print("error: --record needs imageio and pillow: pip install -e '.[video]'", file=sys.stderr)
+        problem = video_writer_problem(args.video_format)
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
             return 2
         if args.record.exists() and not args.record.is_dir():
             print(f"error: --record {args.record} exists and is not a folder", file=sys.stderr)
@@ -86,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {path}: its env '{cfg.env}' would import the module '{module}'; a checkpoint never imports code "
               f"by itself: pass --env {cfg.env} to allow it", file=sys.stderr)
         return 2
+    frame = cfg.frame
     try:
-        info = describe_env(cfg.env, cfg.env_kwargs)
+        info = describe_env(cfg.env, cfg.env_kwargs, frame=frame)
     except EnvSpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -102,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     step = payload.get("global_step", "?")
     print(f"playing {path} ({cfg.env}, global step {step}, {'greedy' if args.greedy else 'sampled'} actions)")
 
-    env = make_env(cfg.env, cfg.env_kwargs, render_mode="rgb_array" if args.record else None)
+    env = make_env(cfg.env, cfg.env_kwargs, render_mode="rgb_array" if args.record else None, frame=frame)
     env.reset(seed=args.seed)
     if args.record:
         try:
@@ -123,15 +171,13 @@ def main(argv: list[str] | None = None) -> int:
             returns.append(episode_return)
             line = f"episode {episode}: return {episode_return:g}, length {length}"
             if args.record:
-                out = args.record / f"episode-{episode}.gif"
-                tmp = out.with_name(f".{out.name}.tmp.gif")
-                imageio.mimsave(tmp, frames, duration=1000 / args.fps, loop=0)
-                tmp.replace(out)
+                out = args.record / f"episode-{episode}.{args.video_format}"
+                write_video(out, frames, args.fps)
                 line += f", recorded {out}"
             print(line, flush=True)
     finally:
         env.close()
-    print(f"mean return over {len(returns)} episodes: {np.mean(returns):g} (min {np.min(returns):g}, max {np.max(returns):g})")
+    print(f"mean return over {len(returns)} episode{'s' if len(returns) != 1 else ''}: {np.mean(returns):g} (min {np.min(returns):g}, max {np.max(returns):g})")
     return 0
 
 

@@ -65,7 +65,7 @@ class Evaluator:
         self.cfg = cfg
         self.link = link
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg.lstm_size)
-        self.env = make_env(cfg.env, cfg.env_kwargs)
+        self.env = make_env(cfg.env, cfg.env_kwargs, frame=cfg.frame)
         self.rng = np.random.default_rng(seed)
         self.env.reset(seed=seed)  # seeds the env's generator once; later resets continue it
         self.run_dir = Path(run_dir)

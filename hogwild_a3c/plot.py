@@ -126,7 +126,7 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hogwild_a3c.plot", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m hogwild_a3c.plot", description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     parser.add_argument("--out", default="curves.png", help="PNG file to write (default: curves.png)")
     parser.add_argument("--title", help="figure title")

@@ -24,7 +24,7 @@ import torch
 from .checkpoint import (CheckpointError, Progress, check_training_payload, load_latest, restore_training,
                          save_checkpoint, training_payload)
 from .config import Config, build_parser
-from .envs import EnvInfo, EnvSpecError, describe_env
+from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env
 from .messages import ChildRaised, EpisodeEnded, Evaluated, Message
 from .model import build_model
 from .process import rss_mb
@@ -53,9 +53,13 @@ class Prepared:
 
 def _describe(cfg: Config) -> EnvInfo:
     try:
-        return describe_env(cfg.env, cfg.env_kwargs)
+        info = describe_env(cfg.env, cfg.env_kwargs, frame=cfg.frame)
     except EnvSpecError as exc:
         raise ConfigError([str(exc)]) from None
+    problem = check_spawnable(cfg.env, cfg.start_method) if cfg.num_workers else None
+    if problem:
+        raise ConfigError([problem])
+    return info
 
 
 def _check_extras(cfg: Config) -> None:

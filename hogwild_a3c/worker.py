@@ -105,7 +105,7 @@ class Worker:
     def _start_env(self, k: int) -> None:
         """(Re)create env k if needed, reset it and its LSTM state."""
         if self.envs[k] is None:
-            self.envs[k] = make_env(self.cfg.env, self.cfg.env_kwargs)
+            self.envs[k] = make_env(self.cfg.env, self.cfg.env_kwargs, frame=self.cfg.frame)
             self.envs[k].action_space.seed(self.seed + k)
             obs, _ = self.envs[k].reset(seed=self.seed * 1000 + k)
         else:

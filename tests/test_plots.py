@@ -1,8 +1,11 @@
 """The plot command, the notebook (executed headless) and the evaluation CLI on a tiny real run."""
 import json
 import os
+import re
+import sys
 
 import nbformat
+import numpy as np
 import pytest
 from nbclient import NotebookClient
 
@@ -71,14 +74,62 @@ def test_notebook_runs_headless_on_real_runs(tiny_runs, tmp_path):
     assert "3 runs" in text and "image/png" in text
 
 
-def test_evaluate_cli_plays_and_records(tiny_runs, tmp_path, capsys):
+def decoded_frames(path):
+    """Every frame of a video file, decoded again (mp4 through ffmpeg, gif through pillow)."""
+    import imageio.v2 as imageio
+
+    reader = imageio.get_reader(path, format="FFMPEG") if path.suffix == ".mp4" else imageio.get_reader(path)
+    try:
+        return [frame for frame in reader]
+    finally:
+        reader.close()
+
+
+def episode_lengths(out: str) -> list[int]:
+    return [int(m) for m in re.findall(r"length (\d+)", out)]
+
+
+def test_evaluate_cli_plays_and_records_mp4(tiny_runs, tmp_path, capsys):
     record = tmp_path / "videos"
     assert evaluate.main([str(tiny_runs[0]), "--episodes", "2", "--greedy", "--record", str(record)]) == 0
     out = capsys.readouterr().out
     assert "episode 2: return" in out and "mean return over 2 episodes" in out
-    gifs = sorted(record.glob("*.gif"))
-    assert [g.name for g in gifs] == ["episode-1.gif", "episode-2.gif"]
-    assert gifs[0].read_bytes()[:6] in (b"GIF89a", b"GIF87a")
+    videos = sorted(record.iterdir())
+    assert [v.name for v in videos] == ["episode-1.mp4", "episode-2.mp4"]  # and no temp file left
+    assert videos[0].read_bytes()[4:8] == b"ftyp"  # an MP4 container
+    for video, length in zip(videos, episode_lengths(out)):
+        frames = decoded_frames(video)
+        assert len(frames) == length + 1  # the first observation, then one per step
+        assert frames[0].shape == (400, 600, 3) and frames[0].std() > 0  # CartPole's picture, not blank
+
+
+def test_evaluate_cli_records_gif_on_request_and_one_episode_is_singular(tiny_runs, tmp_path, capsys):
+    record = tmp_path / "videos"
+    assert evaluate.main([str(tiny_runs[0]), "--episodes", "1", "--greedy", "--record", str(record),
+                          "--video-format", "gif"]) == 0
+    out = capsys.readouterr().out
+    assert "mean return over 1 episode:" in out
+    gif = record / "episode-1.gif"
+    assert [p.name for p in record.iterdir()] == [gif.name]
+    assert gif.read_bytes()[:6] in (b"GIF89a", b"GIF87a")
+    assert len(decoded_frames(gif)) == episode_lengths(out)[0] + 1
+
+
+def test_odd_sized_frames_become_an_mp4_with_every_frame(tmp_path):
+    frames = [np.full((41, 33, 3), 20 * i, dtype=np.uint8) for i in range(7)]
+    evaluate.write_video(tmp_path / "odd.mp4", frames, fps=10)
+    decoded = decoded_frames(tmp_path / "odd.mp4")
+    assert len(decoded) == 7 and decoded[0].shape == (42, 34, 3)
+    assert abs(int(decoded[3].mean()) - 60) <= 3
+
+
+def test_mp4_without_imageio_ffmpeg_is_one_line_that_offers_gif(tiny_runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "imageio_ffmpeg", None)  # as if not installed
+    assert evaluate.main([str(tiny_runs[0]), "--episodes", "1", "--record", str(tmp_path / "v")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs imageio-ffmpeg" in err[0] and "--video-format gif" in err[0]
+    assert evaluate.video_writer_problem("gif") is None
+    assert not (tmp_path / "v").exists()
 
 
 def test_evaluate_cli_bad_input(tmp_path, capsys):
