@@ -3,7 +3,7 @@ references measured in the same run with the same number of processes:
 
 - raw env: each process steps its environments (with the 42x42 preprocessing) on random actions;
 - acting only: each process runs the worker's own acting loop (env + one batched forward per
-  step, `Worker._act`), without learning;
+  step, `Worker.collect`), without learning;
 - trainer: the real `python -m hogwild_a3c.train`, from progress.csv after a warm-up.
 
 Each cell is the median of --repeats measurements. Also reported: worker resident memory and the

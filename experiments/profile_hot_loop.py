@@ -27,13 +27,12 @@ def main():
     import torch
 
     torch.set_num_threads(1)
-    from hogwild_a3c.algo import a3c_loss, rollout_targets
     from hogwild_a3c.config import Config
     from hogwild_a3c.envs import describe_env, parse_env_kwargs, register_atari
     from hogwild_a3c.model import build_model
     from hogwild_a3c.reports import InProcessReports
     from hogwild_a3c.shared import HogwildLink, SharedState
-    from hogwild_a3c.worker import Rollout, Worker
+    from hogwild_a3c.worker import Worker
 
     register_atari()
     config = load_config("throughput")
@@ -43,37 +42,16 @@ def main():
     reports = InProcessReports()
     worker = Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=0)
 
-    def learn_phases(rollout: Rollout):
-        """Worker.learn, cut at each phase boundary; yields after each phase."""
-        returns, advantages = rollout_targets(rollout.rewards, rollout.values, rollout.dones, rollout.done_values,
-                                              rollout.last_values, cfg.gamma, cfg.gae_lambda)
-        yield "targets"
-        logits, values = worker.model.replay(torch.from_numpy(rollout.obs), rollout.start_state,
-                                             torch.from_numpy(rollout.resets))
-        yield "replay forward"
-        loss = a3c_loss(logits.flatten(0, 1), values.flatten(), torch.from_numpy(rollout.actions).flatten(),
-                        torch.from_numpy(advantages).flatten(), torch.from_numpy(returns).flatten(),
-                        value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef)
-        yield "loss"
-        worker.model.zero_grad(set_to_none=True)
-        loss.total.backward()
-        yield "backward"
-        torch.nn.utils.clip_grad_norm_(worker.model.parameters(), cfg.max_grad_norm)
-        yield "clip"
-        worker.link.push(worker.model)
-        yield "push (hand-off + Adam)"
-
     times: dict[str, list[float]] = {}
-    for rollout in range(args.rollouts + 20):
+    for index in range(args.rollouts + 20):
         marks = [("start", time.perf_counter())]
         worker.link.pull(worker.model)
         marks.append(("pull", time.perf_counter()))
         rollout = worker.collect()
         marks.append((f"act ({cfg.rollout_steps} steps x {cfg.envs_per_worker} envs)", time.perf_counter()))
-        for phase in learn_phases(rollout):
-            marks.append((phase, time.perf_counter()))
+        worker.learn(rollout, phase_done=lambda phase: marks.append((phase, time.perf_counter())))
         reports.read()
-        if rollout >= 20:  # warm-up rollouts are not counted
+        if index >= 20:  # warm-up rollouts are not counted
             for (_, before), (name, after) in zip(marks, marks[1:]):
                 times.setdefault(name, []).append((after - before) * 1e3)
     medians = {name: statistics.median(values) for name, values in times.items()}
@@ -88,8 +66,7 @@ def main():
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(50):
-            for _phase in learn_phases(rollout):
-                pass
+            worker.learn(rollout)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 

@@ -167,6 +167,19 @@ def load_latest(folder: str | os.PathLike, warn=print) -> tuple[dict[str, Any], 
     raise CheckpointError(f"{folder}: no checkpoint found (expected latest.pt or ckpt-*.pt)")
 
 
+def resolve_checkpoint(target: str | os.PathLike, warn=print) -> tuple[dict[str, Any], Path]:
+    """A checkpoint file, or for a run directory its best.pt (the policy that scored best in
+    evaluation) when there is one, else its latest checkpoint."""
+    target = Path(target)
+    if target.is_dir():
+        folder = target / "checkpoints" if (target / "checkpoints").is_dir() else target
+        best = folder / "best.pt"
+        if best.is_file():
+            return load_checkpoint(best), best
+        return load_latest(folder, warn=warn)
+    return load_checkpoint(target), target
+
+
 # -- the payloads -----------------------------------------------------------------------------
 
 def save_best(run_dir: str | os.PathLike, model: torch.nn.Module, global_step: int, mean_return: float, cfg: "Config") -> Path:

@@ -78,14 +78,25 @@ class Universe42(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
+        self._frame42 = Frame42()
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1, FRAME_SIZE, FRAME_SIZE), np.float32)
+
+    def observation(self, frame: np.ndarray) -> np.ndarray:
+        return self._frame42(frame)
+
+
+class Frame42:
+    """The computation of `Universe42` on one raw Atari frame (210x160 grey or 210x160x3 RGB),
+    also usable on frames from an env loop of the user's own (`hogwild_a3c.load_policy`)."""
+
+    def __init__(self) -> None:
         self._resize = _universe_resize_matrix()
         self._resize_t = np.ascontiguousarray(self._resize.T)
         # For RGB frames: the channel sum goes through, and 1/3 is folded into the matrix.
         self._resize_rgb = _universe_resize_matrix(channels=3)
         self._resize_rgb_t = np.ascontiguousarray(self._resize_rgb.T)
-        self.observation_space = gym.spaces.Box(0.0, 1.0, (1, FRAME_SIZE, FRAME_SIZE), np.float32)
 
-    def observation(self, frame: np.ndarray) -> np.ndarray:
+    def __call__(self, frame: np.ndarray) -> np.ndarray:
         cropped = frame[ATARI_CROP_ROWS]
         if frame.ndim == 3:  # an RGB frame: universe averages the channels
             # The channel sum in uint16 (exact, at most 765), then one conversion to float32:

@@ -10,25 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import CheckpointError, check_model_fits, load_checkpoint, load_latest
-from .config import config_from_dict
-from .envs import EnvSpecError, describe_env, make_env
+from .api import PolicyError, load_policy
 from .evaluator import play_episode
-from .model import build_model
-
-
-def resolve_checkpoint(target: Path) -> tuple[dict, Path]:
-    if target.is_dir():
-        folder = target / "checkpoints" if (target / "checkpoints").is_dir() else target
-        best = folder / "best.pt"
-        if best.is_file():
-            return load_checkpoint(best), best
-        return load_latest(folder, warn=lambda m: print(m, file=sys.stderr))
-    return load_checkpoint(target), target
 
 
 VIDEO_FORMATS = ("mp4", "gif")
@@ -80,6 +68,10 @@ def _even(frame: np.ndarray) -> np.ndarray:
     return frame
 
 
+def gif_frame_ms(fps: int) -> int:
+    return max(1, round(100 / fps)) * 10
+
+
 def write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
     """Write RGB `frames` to `path` (.mp4 or .gif) through a temp file, so that a file with the
     final name is always complete."""
@@ -87,7 +79,9 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
 
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     if path.suffix == ".gif":
-        imageio.mimsave(tmp, frames, duration=1000 / fps, loop=0)
+        # GIF stores delays in whole centiseconds, and pillow merges a frame identical to the one
+        # before it into a longer delay: whole centiseconds keep the total exact.
+        imageio.mimsave(tmp, frames, duration=gif_frame_ms(fps), loop=0)
     else:
         with imageio.get_writer(tmp, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p",
                                 macro_block_size=2, ffmpeg_log_level="error") as writer:
@@ -119,38 +113,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --record {args.record} exists and is not a folder", file=sys.stderr)
             return 2
     try:
-        payload, path = resolve_checkpoint(args.target)
-    except CheckpointError as exc:
+        policy = load_policy(args.target, env=args.env)
+    except PolicyError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        cfg = config_from_dict(payload.get("config"), f"{path} (its saved config)")
-    except ValueError as exc:
-        print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
-    module, sep, _ = cfg.env.partition(":")
-    if sep and args.env != cfg.env:
-        print(f"error: {path}: its env '{cfg.env}' would import the module '{module}'; a checkpoint never imports code "
-              f"by itself: pass --env {cfg.env} to allow it", file=sys.stderr)
-        return 2
-    frame = cfg.frame
-    try:
-        info = describe_env(cfg.env, cfg.env_kwargs, frame=frame)
-    except EnvSpecError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    model = build_model(info.obs_shape, info.num_actions, cfg.lstm_size)
-    try:
-        check_model_fits(payload, path, model)
-    except CheckpointError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    model.load_state_dict(payload["model"])
-    model.eval()
-    step = payload.get("global_step", "?")
-    print(f"playing {path} ({cfg.env}, global step {step}, {'greedy' if args.greedy else 'sampled'} actions)")
+    cfg, model, path = policy.cfg, policy.model, policy.checkpoint
+    print(f"playing {path} ({cfg.env}, global step {policy.global_step}, {'greedy' if args.greedy else 'sampled'} actions)")
 
-    env = make_env(cfg.env, cfg.env_kwargs, render_mode="rgb_array" if args.record else None, frame=frame)
+    env = policy.make_env(render_mode="rgb_array" if args.record else None)
     env.reset(seed=args.seed)
     if args.record:
         try:
@@ -180,6 +150,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"mean return over {len(returns)} episode{'s' if len(returns) != 1 else ''}: {np.mean(returns):g} (min {np.min(returns):g}, max {np.max(returns):g})")
     return 0
 
+
+class _CallableModule(types.ModuleType):
+    """`hogwild_a3c.evaluate(path, episodes=...)` from Python plays a saved policy and returns
+    its episode returns (`api.evaluate`); this module is also the command."""
+
+    def __call__(self, *args, **kwargs):
+        from .api import evaluate
+
+        return evaluate(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -78,13 +78,19 @@ class Hooks:
 
 
 @dataclass
-class ProcessChildren:
+class _Children:
+    """What both kinds of children are started from."""
+
     cfg: Config
     env_info: EnvInfo
     shared: SharedState
     run_dir: str
     session: int
     hooks: Hooks
+
+
+@dataclass
+class ProcessChildren(_Children):
     children: list[Child] = field(default_factory=list)
     worker_restarts: RestartBudget = field(init=False)
     evaluator_restarts: RestartBudget = field(init=False)
@@ -144,7 +150,7 @@ class ProcessChildren:
 
     def check(self) -> None:
         """Deaths first (a dead child's last reports are read before it is judged), then stalls."""
-        if self.stopping:
+        if self.stopping:  # children exiting now are doing what they were told, not failing
             return
         for i, child in enumerate(self.children):
             code = child.process.exitcode
@@ -220,16 +226,10 @@ class ProcessChildren:
 
 
 @dataclass
-class InProcessChildren:
+class InProcessChildren(_Children):
     """One worker and the evaluator inside the main process: slower, but exactly repeatable
     for a seed, and debuggable with pdb."""
 
-    cfg: Config
-    env_info: EnvInfo
-    shared: SharedState
-    run_dir: str
-    session: int
-    hooks: Hooks
     restarts: int = 0
 
     def start(self) -> None:

@@ -8,6 +8,7 @@ failure, 2 on bad input, 130 after SIGINT, 143 after SIGTERM.
 from __future__ import annotations
 
 import sys
+import types
 
 EXIT_USAGE, EXIT_SIGINT = 2, 130
 
@@ -36,6 +37,18 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted before training started; nothing was trained", file=sys.stderr)
         return EXIT_SIGINT
 
+
+class _CallableModule(types.ModuleType):
+    """`hogwild_a3c.train(env=..., max_steps=...)` from Python runs the same training and returns
+    a `TrainResult` (`api.train`); this module is also the command."""
+
+    def __call__(self, *args, **kwargs):
+        from .api import train
+
+        return train(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     sys.exit(main())

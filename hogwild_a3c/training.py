@@ -8,7 +8,6 @@ parallel runs go through the same loop; only the children differ (`supervisor.ma
 """
 from __future__ import annotations
 
-import math
 import os
 import signal
 import sys
@@ -228,11 +227,9 @@ def run_training(prepared: Prepared, argv: list[str], log: Callable[[str], None]
     def update_bar() -> None:
         if bar is None:
             return
-        bar.n = shared.global_step()
-        postfix = {"steps/s": f"{state['rate']:.0f}"}
+        bar.n = shared.global_step()  # tqdm shows the rate itself (step/s)
         if state["latest_eval"] is not None:
-            postfix["eval"] = f"{state['latest_eval']:.1f}"
-        bar.set_postfix(postfix, refresh=False)
+            bar.set_postfix({"eval": f"{state['latest_eval']:.1f}"}, refresh=False)
         bar.refresh()
 
     periodic = [Periodic(cfg.progress_interval, write_progress), Periodic(cfg.checkpoint_interval, checkpoint)]

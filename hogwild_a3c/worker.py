@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -79,6 +79,10 @@ class Rollout:
 
     def array_fields(self) -> dict[str, np.ndarray]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "start_state"}
+
+
+def _no_profiling(phase: str) -> None:
+    pass
 
 
 class Worker:
@@ -210,15 +214,18 @@ class Worker:
         if t + 1 < self.cfg.rollout_steps:
             rollout.resets[t + 1, k] = True
 
-    def learn(self, rollout: Rollout) -> bool:
-        """One A3C update from `rollout`; False when it was skipped as non-finite."""
+    def learn(self, rollout: Rollout, phase_done: Callable[[str], None] = _no_profiling) -> bool:
+        """One A3C update from `rollout`; False when it was skipped as non-finite.
+        `phase_done(name)` is called after each phase (`make profile-hot-loop` times them)."""
         cfg = self.cfg
         returns, advantages = rollout_targets(
             rollout.rewards, rollout.values, rollout.dones, rollout.done_values, rollout.last_values,
             cfg.gamma, cfg.gae_lambda,
         )
+        phase_done("targets")
         obs = torch.from_numpy(rollout.obs)
         logits, values = self.model.replay(obs, rollout.start_state, torch.from_numpy(rollout.resets))
+        phase_done("replay forward")
         loss = a3c_loss(
             logits.flatten(0, 1),
             values.flatten(),
@@ -228,15 +235,19 @@ class Worker:
             value_coef=cfg.value_coef,
             entropy_coef=cfg.entropy_coef,
         )
+        phase_done("loss")
         # set_to_none: the previous update's gradients must not add into this one's.
         self.model.zero_grad(set_to_none=True)
         loss.total.backward()
+        phase_done("backward")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
+        phase_done("clip")
         if not (math.isfinite(grad_norm) and math.isfinite(loss.total.item())):
             # Applying it would poison the shared weights for every worker.
             self.link.count("skipped_updates")
             return False
         self.link.push(self.model)
+        phase_done("push (hand-off + Adam)")
         batch = returns.size
         self.link.record_update(
             loss.policy.item() / batch, loss.value.item() / batch, loss.entropy.item() / batch, grad_norm

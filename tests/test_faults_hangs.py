@@ -1,14 +1,12 @@
 """Hangs that a dead or stuck child used to cause, injected for real: a killed evaluator, a
 random child killed at a random moment, a hung evaluator, a slow start-up, Ctrl-C during the
 imports. Every wait has a hard timeout, so a regression fails instead of hanging."""
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 

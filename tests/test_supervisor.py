@@ -5,7 +5,6 @@ import signal
 import time
 
 import pytest
-import torch
 
 from hogwild_a3c.config import Config
 from hogwild_a3c.envs import describe_env

@@ -1,0 +1,163 @@
+"""Training and playing from Python: `train`, `load_policy`, `evaluate`.
+
+    import hogwild_a3c
+    result = hogwild_a3c.train(env="CartPole-v1", max_steps=200_000, lr=1e-3, lstm_size=64)
+    policy = hogwild_a3c.load_policy(result.run_dir)
+    returns = hogwild_a3c.evaluate(result.run_dir, episodes=3)
+
+`train` runs exactly what `python -m hogwild_a3c.train` runs (the same checks, processes, files
+and exit statuses); Ctrl-C (or the notebook's interrupt) stops it as cleanly as in a shell and
+the result says so. Bad settings raise `ValueError` with one line per problem.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint
+from .config import Config, config_from_dict, flag_name
+from .envs import EnvInfo, EnvSpecError, Frame42, describe_env, is_atari, make_env
+from .model import ActorCritic, State, build_model
+from .worker import sample_actions
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    run_dir: Path
+    exit_code: int  # as the command's: 0 budget or target, 1 failure, 130/143 interrupted
+    ended: str  # meta.json's reason: "max_steps", "target_return", "interrupted (SIGINT)", "failed: ..."
+    global_step: int
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+def _argv(settings: dict[str, Any]) -> list[str]:
+    names = {f.name for f in dataclasses.fields(Config)}
+    unknown = sorted(set(settings) - names)
+    if unknown:
+        raise ValueError(f"unknown setting(s) {', '.join(unknown)}; the settings are Config's fields: {', '.join(sorted(names))}")
+    argv: list[str] = []
+    for name, value in settings.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            argv.append(flag_name(name))
+        elif name == "env_kwargs":
+            argv += [flag_name(name), *(f"{key}={item!r}" for key, item in dict(value).items())]
+        else:
+            argv += [flag_name(name), str(value)]
+    return argv
+
+
+def train(config: Config | None = None, *, resume: str | Path | None = None, **settings: Any) -> TrainResult:
+    """Train as the command line does, with `Config` fields as keywords (or a `Config`, which
+    keywords override); `resume=RUN_DIR` continues a run (then give only what may change)."""
+    from .rundir import ConfigError
+    from .training import prepare, run_training
+
+    given = {} if config is None else {k: v for k, v in config.to_dict().items() if v != getattr(Config(), k)}
+    argv = _argv({**given, **settings}) + (["--resume", str(resume)] if resume is not None else [])
+    try:
+        prepared = prepare(argv)
+    except ConfigError as exc:
+        raise ValueError("\n".join(exc.errors)) from None
+    try:
+        code = run_training(prepared, argv)
+    finally:
+        prepared.lock.release()
+    session = json.loads((prepared.run_dir / "meta.json").read_text())["sessions"][-1]
+    return TrainResult(prepared.run_dir, code, session["ended"], int(session.get("global_step_end", 0)))
+
+
+class PolicyError(ValueError):
+    """A checkpoint that cannot be played; the message is one line naming the file."""
+
+
+class Policy:
+    """A trained policy for an env loop of your own: `initial_state()`, then `act(obs, state)`
+    for each observation. Observations are what `make_env()` returns; raw Atari frames
+    (210x160 grey or 210x160x3 RGB) are preprocessed as in training."""
+
+    def __init__(self, model: ActorCritic, cfg: Config, env_info: EnvInfo, checkpoint: Path):
+        self.model = model.eval()
+        self.cfg = cfg
+        self.env_info = env_info
+        self.checkpoint = checkpoint
+        self._frame42 = Frame42() if len(env_info.obs_shape) == 3 and is_atari(cfg.env) else None
+
+    def make_env(self, render_mode: str | None = None) -> Any:
+        """The env as the trainer made it (id, keyword arguments, preprocessing)."""
+        return make_env(self.cfg.env, self.cfg.env_kwargs, render_mode=render_mode, frame=self.cfg.frame)
+
+    def initial_state(self) -> State:
+        return self.model.initial_state(1)
+
+    def _prepare(self, obs: Any) -> torch.Tensor:
+        obs = np.asarray(obs)
+        if obs.shape != self.env_info.obs_shape and self._frame42 is not None and obs.shape[:2] == (210, 160):
+            obs = self._frame42(obs)
+        if obs.shape != self.env_info.obs_shape:
+            raise ValueError(f"observation of shape {obs.shape}; this policy takes {self.env_info.obs_shape} "
+                             "(use the env from make_env())")
+        return torch.from_numpy(obs.astype(np.float32, copy=False)[None])
+
+    @torch.no_grad()
+    def act(self, obs: Any, state: State, greedy: bool = False,
+            rng: np.random.Generator | None = None) -> tuple[int, State]:
+        logits, _, state = self.model.step(self._prepare(obs), state)
+        if greedy:
+            return int(logits.argmax(dim=-1)[0]), state
+        return int(sample_actions(logits, rng if rng is not None else np.random.default_rng())[0]), state
+
+
+def load_policy(path: str | Path, env: str | None = None) -> Policy:
+    """The policy in a checkpoint file or a run directory (its best.pt, else its latest).
+
+    A checkpoint whose env names a module to import (`module:EnvId-v0`) is refused unless `env`
+    names the same id: a file from elsewhere must never make this process run its code."""
+    target = Path(path)
+    if not target.exists():
+        raise PolicyError(f"{target}: no such checkpoint file or run directory")
+    try:
+        payload, found = resolve_checkpoint(target, warn=lambda message: print(message, file=sys.stderr))
+        cfg = config_from_dict(payload.get("config"), f"{found} (its saved config)")
+    except (CheckpointError, ValueError) as exc:
+        raise PolicyError(str(exc).splitlines()[0]) from None
+    module, sep, _ = cfg.env.partition(":")
+    if sep and env != cfg.env:
+        raise PolicyError(f"{found}: its env '{cfg.env}' would import the module '{module}'; a checkpoint never "
+                          f"imports code by itself: pass --env {cfg.env} to allow it")
+    try:
+        info = describe_env(cfg.env, cfg.env_kwargs, frame=cfg.frame)
+        model = build_model(info.obs_shape, info.num_actions, cfg.lstm_size)
+        check_model_fits(payload, found, model)
+    except (EnvSpecError, CheckpointError) as exc:
+        raise PolicyError(str(exc)) from None
+    model.load_state_dict(payload["model"])
+    policy = Policy(model, cfg, info, found)
+    policy.global_step = payload.get("global_step")
+    return policy
+
+
+def evaluate(path: str | Path, episodes: int = 5, greedy: bool = False, seed: int = 0,
+             env: str | None = None) -> list[float]:
+    """Play `episodes` episodes of a saved policy; their returns."""
+    from .evaluator import play_episode
+
+    policy = load_policy(path, env=env)
+    game = policy.make_env()
+    game.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    try:
+        return [play_episode(policy.model, game, rng, greedy=greedy)[0] for _ in range(episodes)]
+    finally:
+        game.close()
