@@ -67,6 +67,8 @@ class Config:
     run_dir: str | None = _opt(None, "run directory (default: runs/<env>/<timestamp>-s<seed>)", experiment=False)
     no_progress: bool = _run(False, "no tqdm progress bar (logs still go to the run directory)")
     tensorboard: bool = _run(False, "also write TensorBoard event files (needs the `tensorboard` extra)")
+    wandb: bool = _run(False, "also log to Weights & Biases (needs the `wandb` extra): offline into the run directory "
+                              "unless WANDB_MODE says otherwise; `wandb sync` uploads it later")
     # Faults
     max_worker_restarts: int = _run(0, "restart a dead worker up to this many times in all, instead of stopping the run")
     stall_timeout: float = _run(120.0, "report a worker or the evaluator that made no progress for this many seconds after it started")

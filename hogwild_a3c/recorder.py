@@ -9,6 +9,8 @@ saves), and TensorBoard events when asked for. Messages go to the terminal throu
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,16 @@ class Recorder:
             from torch.utils.tensorboard import SummaryWriter
 
             self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
+        self.wandb = None
+        if cfg.wandb:
+            import wandb
+
+            # Offline unless the user asked otherwise: training must never wait on a network.
+            self.wandb = wandb.init(project="hogwild_a3c", name=run_dir.name, dir=str(run_dir), config=cfg.to_dict(),
+                                    mode=os.environ.get("WANDB_MODE", "offline"), resume="allow",
+                                    id=re.sub(r"[^A-Za-z0-9_-]", "-", run_dir.resolve().name)[:64])
+            # Rows arrive out of step order (workers report at different moments): plot by global_step.
+            self.wandb.define_metric("*", step_metric="global_step")
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -90,6 +102,8 @@ class Recorder:
     def _scalar(self, tag: str, value: float, step: int) -> None:
         if self.tensorboard is not None:
             self.tensorboard.add_scalar(tag, value, step)
+        if self.wandb is not None:
+            self.wandb.log({tag: value, "global_step": step})
 
     # -- meta.json ----------------------------------------------------------------------------
 
@@ -111,6 +125,8 @@ class Recorder:
             csv_log.close()
         if self.tensorboard is not None:
             self.tensorboard.close()
+        if self.wandb is not None:
+            self.wandb.finish()
         for handler in list(self.logger.handlers):
             handler.close()
             self.logger.removeHandler(handler)

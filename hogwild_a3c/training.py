@@ -67,6 +67,11 @@ def _check_extras(cfg: Config) -> None:
             import torch.utils.tensorboard  # noqa: F401
         except ImportError:
             raise ConfigError(["--tensorboard needs the tensorboard package: pip install -e '.[tensorboard]'"]) from None
+    if cfg.wandb:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise ConfigError(["--wandb needs the wandb package: pip install -e '.[wandb]'"]) from None
 
 
 def _prepare_resume(resume_dir: str, args: dict[str, Any]) -> Prepared:

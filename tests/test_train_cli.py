@@ -145,3 +145,16 @@ def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--tensorboard needs the tensorboard package" in err[0]
     assert not (tmp_path / "r").exists()
+
+
+def test_wandb_logs_offline_into_the_run_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")  # no network: the default, said here explicitly
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_dir = tmp_path / "run"
+    assert train.main([*TINY, "--num-workers", "0", "--max-steps", "400", "--eval-episodes", "1",
+                       "--eval-interval", "0.01", "--progress-interval", "0.05", "--wandb",
+                       "--run-dir", str(run_dir)]) == 0
+    (log,) = (run_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    data = log.read_bytes()  # the run's records, metric names as plain UTF-8 inside
+    for name in (b"train/episode_return", b"eval/mean_return", b"train/entropy", b"global_step"):
+        assert name in data, name
