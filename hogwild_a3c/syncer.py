@@ -1,0 +1,328 @@
+"""Cross-machine sync role: one syncer child per node keeps the node-local Hogwild models in step.
+
+Hierarchical Hogwild (DESIGN.md, "Beyond one machine"): each node trains lock-free on its own
+shared model exactly as on one machine; one syncer process per node owns the `torch.distributed`
+process group (gloo over TCP) and, every `sync_interval` seconds, all-reduces the parameter
+change since the last round. Workers never wait on the network and never touch the group.
+
+One round, on every node (`ParamSync.round`):
+
+    own     = shared - anchor           # shared read once, into a private buffer
+    total   = all_reduce_SUM(own)       # one collective: params + control values, one flat buffer
+    (avg:   total /= world_size)        # model averaging instead of summing the updates
+    anchor += total
+    shared += total - own               # in place, add only
+
+`anchor` is identical on every node (it starts from the same broadcast weights and receives the
+same `total`), so after a round each node holds `anchor + (writes that landed in shared after
+its snapshot)`: updates written while the all-reduce was in flight are not lost, they are part
+of the next round's `own`. A worker write that races the final in-place add on the same element
+can be lost, exactly as Hogwild workers lose each other's racing writes; nothing else is.
+
+Control values ride at the end of the same float32 buffer, so every node runs the same
+collectives in the same order (one all-reduce per round):
+
+    [-4]      stop vote: 1.0 if this node votes stop, summed -> any node voting stop stops all
+    [-3..-1]  agent steps this node did since the last round, as three 16-bit limbs
+              (low, mid, high) in float32: each limb summed over up to 256 nodes stays below
+              2**24, so the sum is exact in float32 for deltas up to 2**48 steps.
+
+Start (`start_sync`): all_gather every node's progress (the global step it restored), pick the
+node with the most (lowest rank on ties; ranks change across elastic restarts, so it is not
+necessarily rank 0), broadcast its parameters, set shared and anchor to them; every node agrees
+that the global step starts at that node's progress.
+
+Process entry (`run_syncer`): `init_process_group("gloo", ..., timeout=sync_timeout)` in this
+process only, the start protocol, then rounds until the local stop flag is set (this node's vote
+goes out in one last round) or a stop vote arrives; the results land in a `SyncStatus` of small
+shared tensors. A dead or hung peer makes the collective raise (gloo: at once when the peer's
+socket closes, else after `sync_timeout`); it comes out as `SyncError` with a one-line message,
+`status.state` is set to FAILED, and the process exits non-zero for the supervisor to restart.
+
+Measured here (2 processes on loopback, 2-core machine shared with other work, universe model
+`build_model((1, 42, 42), 6, 256)`, 589,478 float32 = 2.36 MB; `python -m hogwild_a3c.syncer
+--bench`): one all-reduce of 589,482 floats 1.3-1.9 ms median; one whole round (snapshot,
+all-reduce, apply) 3.5-5 ms idle, 5-9 ms with a Hogwild writer process applying Adam steps to the
+shared model on the same cores. See experiments/results/multinode-model.md for the traffic and
+scaling model.
+"""
+from __future__ import annotations
+
+import math
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+MODES = ("sum", "avg")
+# Layout of the control values at the end of the flat buffer.
+N_CONTROL = 4
+STOP, STEPS0 = 0, 1  # offsets into the control slice
+LIMB_BITS = 16
+LIMB = 1 << LIMB_BITS
+MAX_STEP_DELTA = 1 << (3 * LIMB_BITS)
+MAX_WORLD = 256  # (2**16 - 1) * 256 < 2**24: limb sums stay exact in float32
+
+# SyncStatus.state values
+STARTING, RUNNING, STOPPED, FAILED = 0, 1, 2, 3
+
+
+class SyncError(RuntimeError):
+    """A collective failed (a peer died, hung, or the network broke); one-line message."""
+
+
+def _flat_view(t: torch.Tensor) -> torch.Tensor:
+    """A 1-D view over a dense tensor's memory in storage order (works for channels-last weights,
+    which `reshape(-1)` would copy). Every node builds the same model, so the order agrees."""
+    t = t.detach()
+    dense = t.is_contiguous() or (t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)) \
+        or (t.dim() == 5 and t.is_contiguous(memory_format=torch.channels_last_3d))
+    if not dense:
+        raise ValueError(f"parameter of shape {tuple(t.shape)} with strides {t.stride()} is not dense")
+    return t.as_strided((t.numel(),), (1,))
+
+
+def encode_steps(steps: int) -> list[float]:
+    if not 0 <= steps < MAX_STEP_DELTA:
+        raise ValueError(f"step delta {steps} outside [0, 2**48)")
+    return [float((steps >> (LIMB_BITS * i)) & (LIMB - 1)) for i in range(3)]
+
+
+def decode_steps(limbs: Sequence[float]) -> int:
+    return sum(int(round(float(v))) << (LIMB_BITS * i) for i, v in enumerate(limbs))
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    stop: bool  # some node voted stop in this round
+    steps: int  # agent steps all nodes did since the previous round (summed)
+    seconds: float  # the whole round: snapshot, all-reduce, apply
+    reduce_seconds: float  # the all-reduce alone
+
+
+class ParamSync:
+    """The pure core of the sync: node-local shared parameters, a private anchor and the flat
+    buffers, with each round's phases as separate methods so tests can interleave writes.
+
+    `params`: the node's shared tensors (float32, dense), written lock-free by workers at any
+    time. `anchor` starts as a copy of them; `start` overwrites both with the agreed weights.
+    The collective is injectable (`reduce`), defaulting to `dist.all_reduce` on the default group.
+    """
+
+    def __init__(self, params: Sequence[torch.Tensor], mode: str = "sum", world_size: int | None = None):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        self.params = list(params)
+        for p in self.params:
+            if p.dtype != torch.float32:
+                raise ValueError(f"only float32 parameters are synced, got {p.dtype}")
+        self.views = [_flat_view(p) for p in self.params]
+        self.numel = sum(v.numel() for v in self.views)
+        self.mode = mode
+        self.world_size = world_size
+        # Persistent buffers: `buf` is what goes on the wire (params then control values),
+        # `own` keeps this node's delta for the apply step after `buf` is reduced in place.
+        self.buf = torch.zeros(self.numel + N_CONTROL, dtype=torch.float32)
+        self.own = torch.empty(self.numel, dtype=torch.float32)
+        self.anchor = torch.empty(self.numel, dtype=torch.float32)
+        self._own_parts = self._split(self.own)
+        self._buf_parts = self._split(self.buf[: self.numel])
+        self._anchor_parts = self._split(self.anchor)
+        self.snapshot_into(self.anchor)
+
+    def _split(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        return list(torch.split(flat, [v.numel() for v in self.views]))
+
+    # -- reading and writing the shared parameters -------------------------------------------
+    def snapshot_into(self, flat: torch.Tensor) -> None:
+        for dst, src in zip(self._split(flat), self.views):
+            dst.copy_(src)
+
+    def set_all(self, flat: torch.Tensor) -> None:
+        """shared := flat and anchor := flat (drops any local change not yet synced)."""
+        for dst, src in zip(self.views, self._split(flat)):
+            dst.copy_(src)
+        self.anchor.copy_(flat[: self.numel])
+
+    # -- one round, in phases ---------------------------------------------------------------
+    def begin(self, stop_vote: bool, steps: int) -> torch.Tensor:
+        """own = shared - anchor (each shared element read once), copied into the wire buffer
+        with the control values; returns the buffer to all-reduce (SUM) in place."""
+        for own, shared, anchor in zip(self._own_parts, self.views, self._anchor_parts):
+            torch.sub(shared, anchor, out=own)
+        self.buf[: self.numel].copy_(self.own)
+        control = self.buf[self.numel:]
+        control[STOP] = 1.0 if stop_vote else 0.0
+        control[STEPS0:STEPS0 + 3] = torch.tensor(encode_steps(steps), dtype=torch.float32)
+        return self.buf
+
+    def finish(self, world_size: int) -> tuple[bool, int]:
+        """After `buf` holds the SUM over nodes: anchor += total, shared += total - own.
+        Returns (some node voted stop, summed steps)."""
+        control = self.buf[self.numel:].tolist()
+        total = self.buf[: self.numel]
+        if self.mode == "avg":
+            total.div_(world_size)
+        self.anchor.add_(total)
+        total.sub_(self.own)  # buf now holds total - own
+        for shared, delta in zip(self.views, self._buf_parts):
+            shared.add_(delta)
+        return control[STOP] > 0.5, decode_steps(control[STEPS0:STEPS0 + 3])
+
+    def round(self, stop_vote: bool = False, steps: int = 0, reduce=None) -> RoundResult:
+        """One whole round with one collective (`reduce(buf)`, default dist.all_reduce SUM)."""
+        t0 = time.perf_counter()
+        buf = self.begin(stop_vote, steps)
+        t1 = time.perf_counter()
+        if reduce is None:
+            dist.all_reduce(buf, op=dist.ReduceOp.SUM)
+            world = dist.get_world_size()
+        else:
+            reduce(buf)
+            world = self.world_size or 1
+        t2 = time.perf_counter()
+        stop, total_steps = self.finish(world)
+        return RoundResult(stop, total_steps, time.perf_counter() - t0, t2 - t1)
+
+
+def pick_source(progress: Sequence[int]) -> int:
+    """The rank with the most progress; the lowest such rank on ties."""
+    best = max(progress)
+    return min(r for r, p in enumerate(progress) if p == best)
+
+
+def start_sync(sync: ParamSync, progress: int) -> tuple[int, int]:
+    """Start protocol on the default process group: all_gather progress, broadcast the weights of
+    the node with the most (lowest rank on ties), set shared and anchor to them everywhere.
+
+    The source node keeps its shared tensors as they are (writes since its snapshot become its
+    first round's `own`); the others have their shared weights overwritten. Start workers after
+    this returns, or accept that their earlier writes on non-source nodes are dropped.
+    Returns (source rank, agreed starting global step).
+    """
+    world = dist.get_world_size()
+    mine = torch.tensor([int(progress)], dtype=torch.int64)
+    gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(gathered, mine)
+    progress_all = [int(t[0]) for t in gathered]
+    source = pick_source(progress_all)
+    weights = sync.buf[: sync.numel]
+    if dist.get_rank() == source:
+        sync.snapshot_into(weights)
+    dist.broadcast(weights, src=source)
+    if dist.get_rank() == source:
+        sync.anchor.copy_(weights)
+    else:
+        sync.set_all(weights)
+    return source, progress_all[source]
+
+
+@dataclass
+class SyncStatus:
+    """Small shared tensors through which the syncer child reports to its node's main process."""
+
+    global_step: torch.Tensor  # int64 [1]: agreed start step + steps of all nodes up to the last round
+    local_at_round: torch.Tensor  # int64 [1]: this node's local step counter as of the last round
+    rounds: torch.Tensor  # int64 [1]: rounds completed
+    state: torch.Tensor  # int64 [1]: STARTING, RUNNING (start done), STOPPED, FAILED
+    source_rank: torch.Tensor  # int64 [1]: the rank whose weights the start broadcast took (-1 before)
+    last_round: torch.Tensor  # float64 [3]: time.time() at the end of the last round, its seconds, all-reduce seconds
+
+    @classmethod
+    def create(cls) -> "SyncStatus":
+        def z(n=1, dtype=torch.int64):
+            return torch.zeros(n, dtype=dtype).share_memory_()
+
+        status = cls(z(), z(), z(), z(), z(), z(3, torch.float64))
+        status.source_rank[0] = -1
+        return status
+
+    def node_global_step(self, local_steps_now: int) -> int:
+        """Best local estimate of the global step: the last agreed value plus this node's steps
+        since (other nodes' steps since the last round arrive with the next round)."""
+        return int(self.global_step[0]) + local_steps_now - int(self.local_at_round[0])
+
+
+def run_syncer(
+    params: Sequence[torch.Tensor],
+    local_steps: torch.Tensor,
+    stop_flag: torch.Tensor,
+    status: SyncStatus,
+    *,
+    init_method: str,
+    rank: int,
+    world_size: int,
+    progress: int = 0,
+    sync_interval: float = 1.0,
+    sync_timeout: float = 60.0,
+    mode: str = "sum",
+    poll: float = 0.02,
+) -> None:
+    """The syncer child's body. Reads `params` (shared, written by workers), `local_steps` (this
+    node's monotone agent-step counter: `int(local_steps.sum())`, e.g. the worker_steps table)
+    and `stop_flag` (non-zero: this node votes stop); writes `params`, `status`, and sets
+    `stop_flag[0] = 1` when a stop vote from any node arrives. Returns after the round that
+    carried a stop vote (status.state = STOPPED); raises `SyncError` on a failed collective
+    (status.state = FAILED). The process group lives and dies in this call.
+    """
+    if world_size > MAX_WORLD:
+        raise ValueError(f"world_size {world_size} > {MAX_WORLD}")
+    sync = ParamSync(params, mode=mode)
+    where = f"syncer rank {rank}/{world_size}"
+    phase = "init_process_group"
+    t_phase = time.monotonic()
+    try:
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=sync_timeout))
+        phase = "start"
+        t_phase = time.monotonic()
+        local_seen = int(local_steps.sum())
+        source, start_step = start_sync(sync, progress)
+        status.source_rank[0] = source
+        status.global_step[0] = start_step
+        status.local_at_round[0] = local_seen
+        status.state[0] = RUNNING
+        next_round = time.monotonic() + sync_interval
+        while True:
+            while not stop_flag[0] and time.monotonic() < next_round:
+                time.sleep(min(poll, max(0.0, next_round - time.monotonic())))
+            vote = bool(stop_flag[0])
+            now_local = int(local_steps.sum())
+            phase = f"round {int(status.rounds[0]) + 1}"
+            t_phase = time.monotonic()
+            result = sync.round(vote, now_local - local_seen)
+            local_seen = now_local
+            status.global_step[0] += result.steps
+            status.local_at_round[0] = local_seen
+            status.rounds[0] += 1
+            status.last_round[0] = time.time()
+            status.last_round[1] = result.seconds
+            status.last_round[2] = result.reduce_seconds
+            next_round = max(next_round + sync_interval, time.monotonic())
+            if result.stop:
+                stop_flag[0] = 1
+                status.state[0] = STOPPED
+                return
+    except Exception as e:
+        status.state[0] = FAILED
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise SyncError(f"{where}: {phase} failed after {time.monotonic() - t_phase:.1f}s "
+                        f"({type(e).__name__}: {first})") from e
+    finally:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (bind to port 0); for tests and the benchmark."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
