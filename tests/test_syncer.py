@@ -1,0 +1,288 @@
+"""The cross-machine syncer (hogwild_a3c/syncer.py): exact sums, control values, start protocol,
+failure on a dead or frozen peer. Every multi-node test runs 2 spawned processes talking gloo
+over 127.0.0.1 only, each under a hard timeout."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+
+from hogwild_a3c.model import build_model
+from hogwild_a3c.syncer import (
+    FAILED, RUNNING, STOPPED, ParamSync, SyncError, SyncStatus, decode_steps, encode_steps,
+    free_port, pick_source, run_syncer,
+)
+
+CTX = multiprocessing.get_context("spawn")
+ROUNDS = 8
+INC = 2.0 ** -10  # every increment is +-INC, far above the float tolerance bounded below
+
+
+def small_params(seed: int) -> list[torch.Tensor]:
+    """A small universe model (channels-last convs, LSTM 16: 47,767 floats) in shared memory."""
+    torch.manual_seed(seed)
+    model = build_model((1, 42, 42), 6, 16)
+    model.share_memory()
+    return [p.detach() for p in model.parameters()]
+
+
+def increment(rank: int, rnd: int, phase: int, like: torch.Tensor, index: int) -> torch.Tensor:
+    """The deterministic increment node `rank` writes to parameter `index` in round `rnd`,
+    phase 0 (between rounds) or 1 (while the all-reduce is in flight): +-INC elementwise."""
+    g = torch.Generator().manual_seed(((rank * 100 + rnd) * 2 + phase) * 1000 + index)
+    signs = torch.randint(0, 2, like.shape, generator=g).to(torch.float32) * 2 - 1
+    return signs * INC
+
+
+def write_increments(params, rank, rnd, phase):
+    for i, p in enumerate(params):
+        p.add_(increment(rank, rnd, phase, p, i))
+
+
+def flat(params) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in params]).double()
+
+
+# -- pure core -------------------------------------------------------------------------------
+
+def test_step_limbs_are_exact():
+    for n in (0, 1, 65535, 65536, 7945 * 3600, 2**48 - 1):
+        assert decode_steps(encode_steps(n)) == n
+    # the worst sum over 256 nodes of one limb stays exact in float32
+    assert float(torch.tensor(65535.0 * 256, dtype=torch.float32)) == 65535 * 256
+    with pytest.raises(ValueError):
+        encode_steps(-1)
+
+
+def test_pick_source_most_progress_lowest_rank_on_ties():
+    assert pick_source([0, 0]) == 0
+    assert pick_source([5, 9]) == 1
+    assert pick_source([9, 3, 9]) == 0
+    assert pick_source([1, 7, 7]) == 1
+
+
+def test_in_process_round_keeps_writes_that_land_during_the_reduce():
+    """Two nodes simulated in one process with a hand-made SUM: a write landing after the
+    snapshot survives this round and is shared by the next."""
+    a, b = small_params(0), small_params(0)
+    start = flat(a)
+    sa, sb = ParamSync(a), ParamSync(b)
+    with torch.no_grad():
+        for p in a:
+            p.add_(INC)
+        ba, bb = sa.begin(False, 3), sb.begin(True, 4)
+        for p in b:
+            p.add_(2 * INC)  # lands during the "all-reduce"
+        total = ba + bb
+        ba.copy_(total)
+        bb.copy_(total)
+        assert sa.finish(2) == (True, 7) and sb.finish(2) == (True, 7)
+        assert torch.allclose(flat(a) - start, torch.full_like(start, INC), atol=1e-6)
+        assert torch.allclose(flat(b) - start, torch.full_like(start, 3 * INC), atol=1e-6)
+        # next round: the late write is in b's delta
+        ba, bb = sa.begin(False, 0), sb.begin(False, 0)
+        total = ba + bb
+        ba.copy_(total)
+        bb.copy_(total)
+        sa.finish(2)
+        sb.finish(2)
+    assert torch.allclose(flat(a) - start, torch.full_like(start, 3 * INC), atol=1e-6)
+    assert torch.allclose(flat(b), flat(a), atol=1e-6)
+
+
+# -- 2 processes over loopback --------------------------------------------------------------
+
+def _exact_node(rank, world, port, mode, out_dir):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    params = small_params(rank)  # different weights per node: the start broadcast must fix that
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=20))
+    from hogwild_a3c.syncer import start_sync
+
+    sync = ParamSync(params, mode=mode)
+    source, step = start_sync(sync, progress=0)
+    start = flat(params)
+    with torch.no_grad():
+        for rnd in range(ROUNDS):
+            write_increments(params, rank, rnd, 0)  # between rounds
+            buf = sync.begin(False, 10 * (rank + 1))
+            work = dist.all_reduce(buf, async_op=True)
+            write_increments(params, rank, rnd, 1)  # while the all-reduce is in flight
+            work.wait()
+            stop, steps = sync.finish(world)
+            assert not stop and steps == 30, (stop, steps)
+        sync.round(False, 0)  # writers stopped: one more round shares the late writes
+    torch.save({"start": start, "final": flat(params), "anchor": sync.anchor.double(),
+                "source": source}, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def _join_all(procs, timeout):
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(0.1, deadline - time.monotonic()))
+    alive = [p for p in procs if p.is_alive()]
+    for p in alive:
+        p.kill()
+        p.join(5)
+    assert not alive, "a node process hung"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["sum", "avg"])
+def test_two_nodes_end_with_start_plus_every_increment(tmp_path, mode):
+    port = free_port()
+    procs = [CTX.Process(target=_exact_node, args=(r, 2, port, mode, str(tmp_path))) for r in range(2)]
+    for p in procs:
+        p.start()
+    _join_all(procs, 45)
+    assert [p.exitcode for p in procs] == [0, 0]
+    res = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    assert res[0]["source"] == res[1]["source"] == 0
+    start = res[0]["start"]
+    assert torch.equal(start, res[1]["start"])  # the broadcast made both start from rank 0's weights
+    params = small_params(0)
+    expected_delta = torch.zeros_like(start)
+    incs = []
+    for rank in range(2):
+        for rnd in range(ROUNDS):
+            for phase in range(2):
+                inc = torch.cat([increment(rank, rnd, phase, p, i).reshape(-1) for i, p in enumerate(params)])
+                incs.append(inc)
+    expected_delta = torch.stack(incs).double().sum(0)
+    if mode == "avg":
+        expected_delta /= 2
+    expected = start + expected_delta
+    # Tolerance: per element and round, at most ~8 float32 roundings (writer add, snapshot sub,
+    # sum, avg division, anchor add, total - own, shared add), each within half an ulp of a value
+    # below 2M, M = max |start| + sum of |increments|; errors add at worst linearly over rounds.
+    m = start.abs().max().item() + len(incs) * INC
+    tol = 8 * (ROUNDS + 1) * 2.0 ** -24 * 2 * m
+    assert tol < INC / 10  # a lost or doubled increment would be seen
+    for r in range(2):
+        err = (res[r]["final"] - expected).abs().max().item()
+        assert err <= tol, (r, err, tol)
+    assert torch.equal(res[0]["anchor"], res[1]["anchor"])  # anchors agree bit for bit
+
+
+def _syncer_child(params, local_steps, stop_flag, status, kwargs, err_path):
+    """run_syncer as the trainer will run it, writing a SyncError's message to a file."""
+    torch.set_num_threads(1)
+    try:
+        run_syncer(params, local_steps, stop_flag, status, **kwargs)
+    except SyncError as e:
+        with open(err_path, "w") as f:
+            f.write(str(e))
+        raise SystemExit(3)
+
+
+class Nodes:
+    """Two run_syncer children over loopback, with their shared tensors held here."""
+
+    def __init__(self, tmp_path, progress=(0, 0), seeds=(0, 1), sync_timeout=20.0):
+        port = free_port()
+        self.params = [small_params(s) for s in seeds]
+        self.initial = [flat(p) for p in self.params]
+        self.steps = [torch.zeros(3, dtype=torch.int64).share_memory_() for _ in range(2)]
+        self.stop = [torch.zeros(1, dtype=torch.int64).share_memory_() for _ in range(2)]
+        self.status = [SyncStatus.create() for _ in range(2)]
+        self.err = [str(tmp_path / f"err{r}.txt") for r in range(2)]
+        self.procs = []
+        for r in range(2):
+            kw = dict(init_method=f"tcp://127.0.0.1:{port}", rank=r, world_size=2, progress=progress[r],
+                      sync_interval=0.1, sync_timeout=sync_timeout)
+            self.procs.append(CTX.Process(target=_syncer_child, args=(
+                self.params[r], self.steps[r], self.stop[r], self.status[r], kw, self.err[r])))
+        for p in self.procs:
+            p.start()
+
+    def wait(self, condition, timeout, what):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.02)
+
+    def kill(self):
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+            p.join(5)
+
+
+@pytest.mark.timeout(60)
+def test_stop_vote_and_step_sums_propagate(tmp_path):
+    nodes = Nodes(tmp_path, progress=(1000, 400))
+    try:
+        nodes.wait(lambda: all(int(s.state[0]) == RUNNING for s in nodes.status), 40, "both running")
+        assert [int(s.global_step[0]) for s in nodes.status] == [1000, 1000]  # the most progress wins
+        nodes.steps[0][1] = 100  # node 0's workers did 100 steps, node 1's 250 (in two slots)
+        nodes.steps[1][0] = 200
+        nodes.steps[1][2] = 50
+        nodes.wait(lambda: all(int(s.global_step[0]) == 1350 for s in nodes.status), 10, "step sums")
+        assert nodes.status[0].node_global_step(100 + 7) == 1357
+        nodes.stop[1][0] = 1  # node 1 votes stop
+        _join_all(nodes.procs, 10)
+    finally:
+        nodes.kill()
+    assert [p.exitcode for p in nodes.procs] == [0, 0]
+    assert int(nodes.stop[0][0]) == 1  # node 0 learned of the vote through its own flag
+    assert [int(s.state[0]) for s in nodes.status] == [STOPPED, STOPPED]
+    r0, r1 = (int(s.rounds[0]) for s in nodes.status)
+    assert r0 == r1 >= 1
+
+
+@pytest.mark.timeout(60)
+def test_start_broadcast_takes_the_node_with_most_progress(tmp_path):
+    nodes = Nodes(tmp_path, progress=(10, 500), seeds=(0, 1))
+    try:
+        assert not torch.equal(nodes.initial[0], nodes.initial[1])
+        nodes.wait(lambda: all(int(s.state[0]) == RUNNING for s in nodes.status), 40, "both running")
+        assert [int(s.source_rank[0]) for s in nodes.status] == [1, 1]
+        assert [int(s.global_step[0]) for s in nodes.status] == [500, 500]
+        # no writer: node 0 now holds node 1's weights exactly, and rounds keep them there
+        assert torch.equal(flat(nodes.params[0]), nodes.initial[1])
+        assert torch.equal(flat(nodes.params[1]), nodes.initial[1])
+        nodes.stop[0][0] = 1
+        _join_all(nodes.procs, 10)
+    finally:
+        nodes.kill()
+    assert [p.exitcode for p in nodes.procs] == [0, 0]
+    assert torch.equal(flat(nodes.params[0]), nodes.initial[1])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fault", ["kill", "freeze"])
+def test_a_dead_or_frozen_peer_makes_the_survivor_raise_within_the_timeout(tmp_path, fault):
+    """kill -9 closes the peer's sockets (gloo raises at once); SIGSTOP leaves them open, so
+    only the configured timeout (5 s) ends the round."""
+    timeout = 5.0
+    nodes = Nodes(tmp_path, seeds=(0, 0), sync_timeout=timeout)
+    victim = nodes.procs[1]
+    try:
+        nodes.wait(lambda: all(int(s.rounds[0]) >= 2 for s in nodes.status), 40, "two rounds")
+        t0 = time.monotonic()
+        os.kill(victim.pid, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        nodes.procs[0].join(timeout + 10)
+        took = time.monotonic() - t0
+        assert not nodes.procs[0].is_alive(), "the survivor hung"
+    finally:
+        if fault == "freeze" and victim.is_alive():
+            os.kill(victim.pid, signal.SIGCONT)
+        nodes.kill()
+    assert nodes.procs[0].exitcode == 3
+    assert int(nodes.status[0].state[0]) == FAILED
+    message = open(nodes.err[0]).read()
+    assert "\n" not in message and message.startswith("syncer rank 0/2: round "), message
+    assert took < timeout + 8, took
+    if fault == "freeze":
+        assert took >= timeout - 1, took  # ended by the timeout, not by luck
+
