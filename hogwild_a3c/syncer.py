@@ -39,12 +39,13 @@ shared tensors. A dead or hung peer makes the collective raise (gloo: at once wh
 socket closes, else after `sync_timeout`); it comes out as `SyncError` with a one-line message,
 `status.state` is set to FAILED, and the process exits non-zero for the supervisor to restart.
 
-Measured here (2 processes on loopback, 2-core machine shared with other work, universe model
-`build_model((1, 42, 42), 6, 256)`, 589,478 float32 = 2.36 MB; `python -m hogwild_a3c.syncer
---bench`): one all-reduce of 589,482 floats 1.3-1.9 ms median; one whole round (snapshot,
-all-reduce, apply) 3.5-5 ms idle, 5-9 ms with a Hogwild writer process applying Adam steps to the
-shared model on the same cores. See experiments/results/multinode-model.md for the traffic and
-scaling model.
+Measured here (`nice -n 10 python experiments/bench_syncer.py`: 2 processes on loopback, on a
+2-core machine shared with other work at load ~3.5; universe model `build_model((1, 42, 42), 6,
+256)` = 588,967 float32 = 2.36 MB, 200 iterations, 3 runs): one all-reduce of the syncer's
+buffer 1.3-2.0 ms median (p90 4-4.4 ms); a whole round (snapshot, all-reduce, apply) 3.7-3.9 ms
+median idle, 4.8-7.1 ms with a Hogwild writer process applying fused-Adam steps to node 0's
+shared model non-stop. Snapshot + apply alone cost about 1.2 ms of CPU per round. The traffic,
+bandwidth, staleness and scaling model is in experiments/results/multinode-model.md.
 """
 from __future__ import annotations
 
