@@ -37,7 +37,8 @@ process only, the start protocol, then rounds until the local stop flag is set (
 goes out in one last round) or a stop vote arrives; the results land in a `SyncStatus` of small
 shared tensors. A dead or hung peer makes the collective raise (gloo: at once when the peer's
 socket closes, else after `sync_timeout`); it comes out as `SyncError` with a one-line message,
-`status.state` is set to FAILED, and the process exits non-zero for the supervisor to restart.
+`status.state` is set to FAILED, and, uncaught, the child exits with code 1 for the supervisor
+to restart (the process group is destroyed on every way out).
 
 Measured here (`nice -n 10 python experiments/bench_syncer.py`: 2 processes on loopback, on a
 2-core machine shared with other work at load ~3.5; universe model `build_model((1, 42, 42), 6,
@@ -265,7 +266,8 @@ def run_syncer(
     poll: float = 0.02,
 ) -> None:
     """The syncer child's body. Reads `params` (shared, written by workers), `local_steps` (this
-    node's monotone agent-step counter: `int(local_steps.sum())`, e.g. the worker_steps table)
+    node's agent-step counter: `int(local_steps.sum())`, e.g. the worker_steps table; it should
+    only grow, a decrease counts as a reset)
     and `stop_flag` (non-zero: this node votes stop); writes `params`, `status`, and sets
     `stop_flag[0] = 1` when a stop vote from any node arrives. Returns after the round that
     carried a stop vote (status.state = STOPPED); raises `SyncError` on a failed collective
@@ -296,7 +298,8 @@ def run_syncer(
             now_local = int(local_steps.sum())
             phase = f"round {int(status.rounds[0]) + 1}"
             t_phase = time.monotonic()
-            result = sync.round(vote, now_local - local_seen)
+            # a counter that went down was reset: count nothing for this round, rebase on it
+            result = sync.round(vote, max(0, now_local - local_seen))
             local_seen = now_local
             status.global_step[0] += result.steps
             status.local_at_round[0] = local_seen

@@ -286,3 +286,49 @@ def test_a_dead_or_frozen_peer_makes_the_survivor_raise_within_the_timeout(tmp_p
     if fault == "freeze":
         assert took >= timeout - 1, took  # ended by the timeout, not by luck
 
+
+
+@pytest.mark.timeout(60)
+def test_live_writer_during_run_syncer_rounds(tmp_path):
+    """The deployment shape: run_syncer children rounding every 0.1 s while a writer thread here
+    adds +-INC to both nodes' shared weights at any time. After the writer stops, the stop round
+    carries the last writes: both nodes agree, and equal start + every increment, except where
+    a write raced a round's in-place add on the same element (Hogwild's own loss, rare)."""
+    import threading
+
+    nodes = Nodes(tmp_path, progress=(0, 0), seeds=(0, 1))
+    written = [torch.zeros_like(nodes.initial[0]) for _ in range(2)]
+    try:
+        nodes.wait(lambda: all(int(s.state[0]) == RUNNING for s in nodes.status), 40, "both running")
+        start = flat(nodes.params[1])
+        assert torch.equal(start, nodes.initial[0])
+
+        def writer():
+            with torch.no_grad():
+                for k in range(60):
+                    for r in range(2):
+                        incs = [increment(r, k, 0, p, i) for i, p in enumerate(nodes.params[r])]
+                        for p, inc in zip(nodes.params[r], incs):
+                            p.add_(inc)
+                        written[r] += torch.cat([inc.reshape(-1) for inc in incs]).double()
+                        nodes.steps[r][0] += 20
+                    time.sleep(0.01)
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        thread.join(30)
+        assert not thread.is_alive()
+        rounds_before = int(nodes.status[0].rounds[0])
+        nodes.stop[0][0] = 1
+        _join_all(nodes.procs, 10)
+    finally:
+        nodes.kill()
+    assert [p.exitcode for p in nodes.procs] == [0, 0]
+    assert int(nodes.status[1].rounds[0]) > rounds_before >= 3  # rounds ran while writing
+    assert [int(s.global_step[0]) for s in nodes.status] == [2 * 60 * 20] * 2
+    a, b = flat(nodes.params[0]), flat(nodes.params[1])
+    m = start.abs().max().item() + 120 * INC
+    tol = 8 * (int(nodes.status[0].rounds[0]) + 1) * 2.0 ** -24 * 2 * m  # as in the exact test
+    assert (a - b).abs().max().item() <= tol  # the nodes agree
+    err = (a - (start + written[0] + written[1])).abs()
+    assert (err <= tol).double().mean().item() >= 0.999, err.max().item()
