@@ -50,9 +50,7 @@ bandwidth, staleness and scaling model is in experiments/results/multinode-model
 """
 from __future__ import annotations
 
-import math
 import socket
-import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta

@@ -149,7 +149,6 @@ def test_two_nodes_end_with_start_plus_every_increment(tmp_path, mode):
     start = res[0]["start"]
     assert torch.equal(start, res[1]["start"])  # the broadcast made both start from rank 0's weights
     params = small_params(0)
-    expected_delta = torch.zeros_like(start)
     incs = []
     for rank in range(2):
         for rnd in range(ROUNDS):
