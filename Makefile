@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train test test-slow smoke bench-throughput bench-cartpole bench-pong bench-pong-compare bench-frames profile-hot-loop plot notebook clean
+.PHONY: install train train-nodes test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-pong bench-pong-compare bench-frames profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,16 @@ test-slow: $(STAMP)
 
 smoke: $(STAMP)
 	$(PY) -m hogwild_a3c.train --num-workers 2 --max-seconds 60 --eval-interval 20 --eval-episodes 1 --run-dir runs/smoke-$$(date +%Y%m%d-%H%M%S) $(ARGS)
+
+# Two nodes simulated on this machine (127.0.0.1): each a trainer with its own workers and a
+# syncer. On real machines run the torchrun line of the README on each one instead.
+NODES ?= 2
+train-nodes: $(STAMP)
+	TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 $(VENV)/bin/torchrun --standalone --nnodes=1 --nproc-per-node=$(NODES) \
+		--max-restarts=3 -m hogwild_a3c.train --num-workers 1 --run-dir runs/nodes-$$(date +%Y%m%d-%H%M%S) $(ARGS)
+
+bench-multinode: $(STAMP)
+	$(PY) experiments/bench_multinode.py $(ARGS)
 
 bench-throughput: $(STAMP)
 	$(PY) experiments/bench_throughput.py $(ARGS)

@@ -44,6 +44,11 @@ class Config:
     envs_per_worker: int = _opt(1, "environments each worker steps, acting on them as one batch; a worker then updates once per envs x rollout steps, so raise --lr with it (Pong, 8 envs: 4e-4)")
     seed: int = _opt(0, "seed of the model initialisation, the workers and the environments", experiment=False)
     start_method: str = _run("spawn", "how children start (fork is unsafe with a warm OpenMP pool)", choices=["spawn", "forkserver"])
+    sync_interval: float = _run(1.0, "multi-node runs (under torchrun): seconds between syncs of the nodes' models "
+                                     "(0.5-1 suits 1 GbE, 0.1 suits 10 GbE)")
+    sync_mode: str = _opt("sum", "multi-node runs: sum = every node's updates reach every node (A3C, like the seed's "
+                          "parameter server); avg = model averaging", choices=["sum", "avg"])
+    sync_timeout: float = _run(60.0, "multi-node runs: seconds a sync may wait for a frozen node before it fails")
     # Budgets
     max_steps: int | None = _run(None, "stop after this many agent steps, summed over workers (total, across resumes)")
     max_seconds: float | None = _run(None, "stop after this many seconds of run time (total, across resumes)")
@@ -210,6 +215,8 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(cfg.stall_timeout > 0, "stall_timeout", "a positive number of seconds", cfg.stall_timeout)
     need(cfg.max_env_errors >= 0, "max_env_errors", "an integer >= 0", cfg.max_env_errors)
     need(cfg.max_evaluator_restarts >= 0, "max_evaluator_restarts", "an integer >= 0", cfg.max_evaluator_restarts)
+    need(cfg.sync_interval > 0, "sync_interval", "a positive number of seconds", cfg.sync_interval)
+    need(cfg.sync_timeout > 0, "sync_timeout", "a positive number of seconds", cfg.sync_timeout)
     need(cfg.max_skipped_updates >= 1, "max_skipped_updates", "an integer >= 1", cfg.max_skipped_updates)
     if cfg.target_return is not None and cfg.eval_episodes == 0:
         errors.append("--target-return needs evaluations: give --eval-episodes >= 1")

@@ -94,6 +94,8 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     import pandas as pd
 
     run_dir = Path(run_dir)
+    if not (run_dir / "config.json").is_file() and (run_dir / "nodes").is_dir():
+        return _load_nodes(run_dir)
     if not (run_dir / "config.json").is_file():
         raise FileNotFoundError(f"{run_dir}: not a run directory (no config.json)")
     run: dict[str, Any] = {"run_dir": run_dir, "name": run_dir.name}
@@ -105,3 +107,24 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
         key = file[: -len(".csv")]
         run[key] = pd.read_csv(path) if path.is_file() and path.stat().st_size else pd.DataFrame(columns=columns)
     return run
+
+
+def _load_nodes(run_dir: Path) -> dict[str, Any]:
+    """A multi-node run as one: the config and progress of the node that ran the evaluator
+    (its global_step already counts every node's steps), every node's episodes (with a `node`
+    column) and the evaluations, in time order."""
+    import pandas as pd
+
+    nodes = [load_run(path) for path in sorted((run_dir / "nodes").iterdir()) if (path / "config.json").is_file()]
+    if not nodes:
+        raise FileNotFoundError(f"{run_dir}: not a run directory (no config.json, and no node under nodes/)")
+    head = max(nodes, key=lambda node: len(node["eval"]))
+    episodes = pd.concat([node["episodes"].assign(node=node["name"]) for node in nodes], ignore_index=True)
+    evals = pd.concat([node["eval"] for node in nodes], ignore_index=True)
+    return {
+        "run_dir": run_dir, "name": run_dir.name, "config": head["config"],
+        "meta": {**head["meta"], "nodes": {node["name"]: node["meta"] for node in nodes}},
+        "episodes": episodes.sort_values("time_s", kind="stable", ignore_index=True),
+        "eval": evals.sort_values("time_s", kind="stable", ignore_index=True),
+        "progress": head["progress"],
+    }

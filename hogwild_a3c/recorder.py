@@ -29,7 +29,7 @@ class _TerminalHandler(logging.Handler):
 
 class Recorder:
     def __init__(self, run_dir: Path, cfg: Config, meta: dict[str, Any] | None, argv: list[str],
-                 session: int, global_step: int):
+                 session: int, global_step: int, node: dict[str, Any] | None = None):
         self.run_dir = run_dir
         # Check every CSV before touching any: a foreign header stops the run with nothing written.
         files = {"episodes": EPISODES_COLUMNS, "eval": EVAL_COLUMNS, "progress": PROGRESS_COLUMNS}
@@ -48,10 +48,12 @@ class Recorder:
         write_json(run_dir / "config.json", cfg.to_dict())
         self.meta = meta if meta is not None else new_meta(argv)
         self.session = {
-            "session": session, "start": now_iso(), "end": None, "ended": "running",
+            "session": session, "pid": os.getpid(), "start": now_iso(), "end": None, "ended": "running",
             "exit_code": None, "global_step_start": global_step, "argv": argv,
             "versions": versions(), "num_workers": cfg.num_workers,
         }
+        if node is not None:
+            self.session["node"] = node  # rank, world size, host: the multi-node layout of this session
         self.meta["sessions"].append(self.session)
         self._write_meta()
         self.tensorboard = None

@@ -101,8 +101,9 @@ class SharedState:
     worker_stats: torch.Tensor  # float64 [slots, len(STAT_NAMES)]
     heartbeats: torch.Tensor  # float64 [slots + 1]: each worker's slot, then the evaluator's
     base_step: torch.Tensor  # int64 [1], steps done before this session (resume)
-    control: torch.Tensor  # int64 [1]: non-zero once the main process asks children to stop
+    control: torch.Tensor  # int64 [1]: non-zero once the main process (or, multi-node, any node) asks children to stop
     lr: float
+    sync: Any = None  # multi-node: the syncer's `SyncStatus` (the global step over every node)
 
     @classmethod
     def create(cls, model: nn.Module, slots: int, optimizer: str, lr: float) -> "SharedState":
@@ -124,7 +125,11 @@ class SharedState:
         return len(self.heartbeats) - 1
 
     def global_step(self) -> int:
-        return int(self.base_step[0]) + int(self.worker_steps.sum())
+        local = int(self.worker_steps.sum())
+        # Multi-node, once the nodes agreed on the start (a syncer that failed before that agreed nothing).
+        if self.sync is not None and int(self.sync.state[0]) != 0 and int(self.sync.source_rank[0]) >= 0:
+            return self.sync.node_global_step(local)
+        return int(self.base_step[0]) + local
 
     def request_stop(self) -> None:
         self.control[0] = 1

@@ -37,6 +37,7 @@ KILL_WAIT_S = 2.0
 class Role(Enum):
     WORKER = "worker"
     EVALUATOR = "evaluator"
+    SYNCER = "syncer"
 
 
 @dataclass
@@ -50,7 +51,7 @@ class Child:
 
     @property
     def name(self) -> str:
-        return f"worker {self.rank}" if self.role is Role.WORKER else "evaluator"
+        return f"worker {self.rank}" if self.role is Role.WORKER else self.role.value
 
 
 @dataclass
@@ -87,6 +88,8 @@ class _Children:
     run_dir: str
     session: int
     hooks: Hooks
+    node: Any = None  # multi-node: this node (`nodes.Node`), else None
+    progress: int = 0  # the global step this session starts from (the syncer's start offer)
 
 
 @dataclass
@@ -107,11 +110,43 @@ class ProcessChildren(_Children):
 
     def start(self) -> None:
         one_thread_per_child()
-        if self.cfg.eval_episodes > 0:
+        if self.node is not None and not self._start_syncer():
+            return
+        if self.cfg.eval_episodes > 0 and (self.node is None or self.node.runs_evaluator):
             self.children.append(self._spawn(Role.EVALUATOR, 0))
         for rank in range(self.cfg.num_workers):
             self.children.append(self._spawn(Role.WORKER, rank))
         self._publish_pids()
+
+    def _start_syncer(self) -> bool:
+        """Start the syncer and wait until the nodes agree on the start: it may overwrite this
+        node's weights with those of the node with the most progress, so workers start after."""
+        from .nodes import syncer_main
+        from .syncer import FAILED, STARTING
+
+        reader, child_end = report_pipe(self.ctx)
+        links = HogwildLinkFactory(self.shared.for_child(None), child_end)
+        args = (list(self.shared.model.parameters()), self.shared.worker_steps, self.shared.control, self.shared.sync,
+                self.node, self.cfg, self.progress, links, os.getpid())
+        process = self.ctx.Process(target=syncer_main, args=args, name="syncer", daemon=True)
+        process.start()
+        child_end.close()
+        self.children.append(Child(Role.SYNCER, self.node.rank, process, reader, heartbeat_slot=-1))
+        self._publish_pids()
+        # The start waits for every node (a rendezvous); give up with the sync timeout, or at once if it dies.
+        deadline = time.monotonic() + self.cfg.sync_timeout + 30
+        while int(self.shared.sync.state[0]) == STARTING and process.is_alive() and time.monotonic() < deadline:
+            if self.shared.stop_requested():
+                return False
+            time.sleep(0.05)
+        if int(self.shared.sync.state[0]) in (STARTING, FAILED):
+            if process.is_alive() and not self.shared.stop_requested():
+                self.hooks.fail(f"the nodes did not agree on a start within {self.cfg.sync_timeout + 30:g} s "
+                                "(are all of them started, with the same rendezvous?)")
+            return False  # a dead syncer is reported by `check`
+        self.hooks.log(f"node {self.node.name} (rank {self.node.rank} of {self.node.world_size}) synced: starting "
+                       f"from rank {int(self.shared.sync.source_rank[0])}'s weights at global step {self.shared.global_step()}")
+        return True
 
     def _spawn(self, role: Role, rank: int) -> Child:
         reader, child_end = report_pipe(self.ctx)
@@ -159,6 +194,13 @@ class ProcessChildren(_Children):
             self.hooks.deliver(child.reports.read())  # its traceback, if it sent one before dying
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
             budget = self.worker_restarts if child.role is Role.WORKER else self.evaluator_restarts
+            if child.role is Role.SYNCER:
+                if code == 0:  # a stop vote ended it: the run is stopping everywhere
+                    continue
+                # No restart here: the other nodes see the failure too, and torchrun restarts
+                # every node's trainer into a new rendezvous (each resumes its own directory).
+                self.hooks.fail(f"syncer {how}: the sync between nodes failed")
+                return
             if budget.take():
                 self.hooks.log(f"{child.name} {how}; restarting it ({budget.used}/{budget.allowed})")
                 self._release(child)
@@ -173,6 +215,8 @@ class ProcessChildren(_Children):
         now = time.time()
         timeout = self.cfg.stall_timeout
         for child in self.children:
+            if child.role is Role.SYNCER:  # a frozen peer makes its collective fail at --sync-timeout
+                continue
             beat = float(self.shared.heartbeats[child.heartbeat_slot])
             if beat == NOT_READY:
                 continue
@@ -269,6 +313,8 @@ class InProcessChildren(_Children):
             self.evaluator.close()
 
 
-def make_children(cfg: Config, env_info: EnvInfo, shared: SharedState, run_dir: str, session: int, hooks: Hooks):
-    kind = InProcessChildren if cfg.num_workers == 0 else ProcessChildren
-    return kind(cfg, env_info, shared, run_dir, session, hooks)
+def make_children(cfg: Config, env_info: EnvInfo, shared: SharedState, run_dir: str, session: int, hooks: Hooks,
+                  node: Any = None, progress: int = 0):
+    if cfg.num_workers == 0:
+        return InProcessChildren(cfg, env_info, shared, run_dir, session, hooks)
+    return ProcessChildren(cfg, env_info, shared, run_dir, session, hooks, node=node, progress=progress)

@@ -8,6 +8,7 @@ parallel runs go through the same loop; only the children differ (`supervisor.ma
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -26,6 +27,7 @@ from .config import Config, build_parser
 from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env
 from .messages import ChildRaised, EpisodeEnded, Evaluated, Message
 from .model import build_model
+from .nodes import Node
 from .process import rss_mb
 from .recorder import Recorder
 from .rundir import (ConfigError, RunDirLock, check_new_location, check_same_experiment, default_run_dir, make_run_dir,
@@ -48,6 +50,7 @@ class Prepared:
     lock: RunDirLock
     payload: dict | None = None
     meta: dict | None = None
+    node: Node | None = None  # multi-node (under torchrun): this node
 
 
 def _describe(cfg: Config) -> EnvInfo:
@@ -74,7 +77,9 @@ def _check_extras(cfg: Config) -> None:
             raise ConfigError(["--wandb needs the wandb package: pip install -e '.[wandb]'"]) from None
 
 
-def _prepare_resume(resume_dir: str, args: dict[str, Any]) -> Prepared:
+def _prepare_resume(resume_dir: str, args: dict[str, Any], rejoin: bool = False) -> Prepared:
+    """`rejoin`: a node of a multi-node run that has no usable checkpoint yet (killed before its
+    first) comes back without one; the start of the sync gives it the other nodes' weights."""
     run_dir = Path(resume_dir)
     if not run_dir.is_dir():
         raise ConfigError([f"--resume {resume_dir}: not a run directory (no such folder)"])
@@ -89,7 +94,11 @@ def _prepare_resume(resume_dir: str, args: dict[str, Any]) -> Prepared:
             check_same_experiment(cfg, payload.get("config"), path)
             check_training_payload(payload, path, build_model(env_info.obs_shape, env_info.num_actions, cfg.lstm_size))
         except CheckpointError as exc:
-            raise ConfigError([f"--resume {resume_dir}: {exc}"]) from None
+            if not rejoin:
+                raise ConfigError([f"--resume {resume_dir}: {exc}"]) from None
+            print(f"warning: {exc}; this node rejoins with the weights of the node with the most progress",
+                  file=sys.stderr)
+            return Prepared(cfg, env_info, run_dir, lock, None, meta)
     except BaseException:
         lock.release()
         raise
@@ -111,12 +120,33 @@ def _prepare_new(args: dict[str, Any]) -> Prepared:
     return Prepared(cfg, env_info, run_dir, RunDirLock.acquire(run_dir, f"--run-dir {run_dir}"))
 
 
+def _prepare_node(node: Node, resume_dir: str | None, args: dict[str, Any]) -> Prepared:
+    """A node of a multi-node run writes `<run-dir>/nodes/<node>/`; a node that ran before (a
+    restart by torchrun, or --resume) resumes its own directory."""
+    base = resume_dir if resume_dir is not None else args.pop("run_dir", None)
+    if base is None:
+        raise ConfigError(["a multi-node run (torchrun with more than one node) needs --run-dir DIR, the same on every node"])
+    if args.get("num_workers") == 0:
+        raise ConfigError(["--num-workers 0 (serial) cannot take part in a multi-node run; give 1 or more"])
+    node_dir = node.run_dir(Path(base))
+    if (node_dir / "config.json").is_file():
+        prepared = _prepare_resume(str(node_dir), args, rejoin=True)
+    else:
+        prepared = _prepare_new({**args, "run_dir": str(node_dir)})
+    prepared.node = node
+    return prepared
+
+
 def prepare(argv: list[str]) -> Prepared:
     """Parse and check everything; raises ConfigError with one line per problem. On success the
     run directory exists and this process holds its lock."""
     args = vars(build_parser().parse_args(argv))
     resume_dir = args.pop("resume", None)
-    prepared = _prepare_resume(resume_dir, args) if resume_dir is not None else _prepare_new(args)
+    node = Node.from_env()
+    if node is not None:
+        prepared = _prepare_node(node, resume_dir, args)
+    else:
+        prepared = _prepare_resume(resume_dir, args) if resume_dir is not None else _prepare_new(args)
     cores = os.cpu_count() or 1
     if prepared.cfg.num_workers > OVERSUBSCRIBED * cores:
         print(f"warning: --num-workers {prepared.cfg.num_workers} on {cores} cores: each worker holds an env and a model "
@@ -159,10 +189,16 @@ def run_training(prepared: Prepared, argv: list[str], log: Callable[[str], None]
     if prepared.payload is not None:
         before = restore_training(shared, prepared.payload)
         session = before.session + 1
-    else:
-        before, session = Progress(counters={}), 0
+    else:  # a new run, or a node rejoining without a checkpoint: its sessions so far still count
+        before, session = Progress(counters={}), len((prepared.meta or {}).get("sessions", []))
     base_counters = {name: int((before.counters or {}).get(name, 0)) for name in COUNTERS}
-    recorder = Recorder(run_dir, cfg, prepared.meta, argv, session, shared.global_step())
+    node = prepared.node
+    if node is not None:
+        from .syncer import SyncStatus  # torch.distributed loads here, in multi-node runs only
+
+        shared.sync = SyncStatus.create()
+    recorder = Recorder(run_dir, cfg, prepared.meta, argv, session, shared.global_step(),
+                        node=None if node is None else dataclasses.asdict(node))
     clock = Clock(before.elapsed_s)
     policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
     state = {"best": before.best_eval_return, "latest_eval": None, "rate": 0.0,
@@ -184,7 +220,8 @@ def run_training(prepared: Prepared, argv: list[str], log: Callable[[str], None]
 
     hooks = Hooks(log=recorder.log, error=recorder.error, fail=policy.fail, pids_changed=recorder.child_pids,
                   best_return=lambda: state["best"], deliver=deliver)
-    children = make_children(cfg, prepared.env_info, shared, str(run_dir), session, hooks)
+    children = make_children(cfg, prepared.env_info, shared, str(run_dir), session, hooks, node=node,
+                             progress=shared.global_step())
 
     def counters() -> dict[str, int]:
         stats = shared.worker_stats
@@ -249,6 +286,8 @@ def run_training(prepared: Prepared, argv: list[str], log: Callable[[str], None]
             children.advance()
             deliver(children.messages())
             children.check()
+            if shared.stop_requested() and not policy.stopping:  # multi-node: another node's stop vote
+                policy.stop("stopped with the other nodes (a budget, target or stop on one of them)")
             for task in periodic:
                 task()
             policy.check_budgets(shared.global_step(), clock.time_s())

@@ -1,0 +1,88 @@
+"""`make bench-multinode`: the multi-node backend's cost on one machine.
+
+Runs Pong for --seconds as 1 node x N workers (the single-machine trainer) and as N simulated
+nodes x 1 worker (torchrun on 127.0.0.1, one syncer per node), alternating, --repeats times, and
+reports agent steps/s of each (from progress.csv after --warmup seconds) and their ratio, both
+measured in the same run on the same machine. The sync round's own time is measured by
+`experiments/bench_syncer.py`.
+Writes experiments/results/multinode.{md,csv}.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchlib import REPO, RESULTS, RUNS, header, load_config, markdown_table
+
+import pandas as pd
+
+
+def steps_per_s(progress_files: list[Path], warmup: float) -> float:
+    """Global steps/s over the rows after the warm-up, read from one node (every node's
+    global_step counts all nodes)."""
+    rates = []
+    for path in progress_files:
+        rows = pd.read_csv(path)
+        rows = rows[rows["time_s"] >= warmup]
+        if len(rows) >= 2:
+            rates.append((rows["global_step"].iloc[-1] - rows["global_step"].iloc[0]) /
+                         (rows["time_s"].iloc[-1] - rows["time_s"].iloc[0]))
+    return max(rates) if rates else float("nan")
+
+
+def main() -> None:
+    config = load_config("throughput")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=40.0)
+    parser.add_argument("--warmup", type=float, default=10.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sync-interval", type=float, default=0.5)
+    args = parser.parse_args()
+    common = ["--env", config["env"], "--env-kwargs", *config["env_kwargs"], "--eval-episodes", "0",
+              "--max-seconds", str(args.seconds), "--progress-interval", "1", "--no-progress"]
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    rows = []
+    for repeat in range(args.repeats):
+        for layout in ("one node", "nodes"):
+            run_dir = RUNS / "multinode" / f"r{repeat}-{layout.replace(' ', '-')}-{time.time_ns()}"
+            if layout == "one node":
+                command = [sys.executable, "-m", "hogwild_a3c.train", *common, "--num-workers", str(args.nodes)]
+            else:
+                command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+                           f"--nproc-per-node={args.nodes}", "-m", "hogwild_a3c.train", *common, "--num-workers", "1",
+                           "--sync-interval", str(args.sync_interval)]
+            subprocess.run([*command, "--run-dir", str(run_dir)], cwd=REPO, env=env, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            files = [run_dir / "progress.csv"] if layout == "one node" else sorted(run_dir.glob("nodes/*/progress.csv"))
+            rate = steps_per_s(files, args.warmup)
+            print(f"repeat {repeat} {layout}: {rate:,.0f} steps/s", flush=True)
+            rows.append({"repeat": repeat, "layout": layout, "steps_per_s": rate})
+            shutil.rmtree(run_dir, ignore_errors=True)
+    one = statistics.median(r["steps_per_s"] for r in rows if r["layout"] == "one node")
+    many = statistics.median(r["steps_per_s"] for r in rows if r["layout"] == "nodes")
+    RESULTS.mkdir(exist_ok=True)
+    with open(RESULTS / "multinode.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["repeat", "layout", "steps_per_s"])
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = [{"layout": f"1 node x {args.nodes} workers", "steps_per_s": one, "ratio": 1.0},
+               {"layout": f"{args.nodes} nodes x 1 worker (loopback, sync every {args.sync_interval:g} s)",
+                "steps_per_s": many, "ratio": many / one}]
+    text = header("Multi-node backend on one machine", "make bench-multinode ARGS='" + " ".join(sys.argv[1:]) + "'",
+                  {"env": f"{config['env']} {' '.join(config['env_kwargs'])}, no evaluator",
+                   "per cell": f"median of {args.repeats} runs of {args.seconds:g} s, rate after {args.warmup:g} s"})
+    text += "\n" + markdown_table(summary, ["layout", "steps_per_s", "ratio"])
+    (RESULTS / "multinode.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

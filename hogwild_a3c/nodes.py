@@ -1,0 +1,66 @@
+"""Several machines: who this node is, where it writes, and the syncer child's entry point.
+
+A multi-node run is started by `torchrun` on every machine (see the README's "Beyond one
+machine"); torchrun tells each main process its place through the environment (WORLD_SIZE,
+RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Each node runs the single-machine trainer on its
+own shared model, plus one more child, the syncer (`syncer.py`), which owns the process group
+and keeps the nodes' models in step. Each node writes a whole run directory of its own,
+`<run-dir>/nodes/<host>-<local rank>/`; the node of rank 0 also runs the evaluator. When a node
+comes back (torchrun restarts it after a failure), it resumes its own directory and the start
+of the sync gives every node the weights of the node with the most progress.
+
+Nothing here imports `torch.distributed`: a single-machine run never loads it.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Node:
+    rank: int
+    world_size: int
+    local_rank: int
+    host: str
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> "Node | None":
+        """This node under torchrun with more than one node, else None (a single-machine run)."""
+        env = os.environ if environ is None else environ
+        world = int(env.get("WORLD_SIZE", "1"))
+        if world <= 1:
+            return None
+        return cls(int(env["RANK"]), world, int(env.get("LOCAL_RANK", "0")), socket.gethostname())
+
+    @property
+    def name(self) -> str:
+        """Stable across restarts (ranks are not: torchrun renumbers the nodes that are left)."""
+        return f"{self.host}-{self.local_rank}"
+
+    @property
+    def runs_evaluator(self) -> bool:
+        return self.rank == 0
+
+    def run_dir(self, run_dir: Path) -> Path:
+        return Path(run_dir) / "nodes" / self.name
+
+
+def syncer_main(params: list, local_steps: Any, stop_flag: Any, status: Any, node: Node, cfg: Any,
+                progress: int, links: Any, parent_pid: int) -> None:
+    """Entry point of the syncer process: child hygiene, then `syncer.run_syncer` until a stop
+    vote; a failed collective (a peer died or froze) raises, and the node's run stops for
+    torchrun to restart it."""
+    from .process import run_child
+
+    def body() -> None:
+        from .syncer import run_syncer
+
+        run_syncer(params, local_steps, stop_flag, status, init_method="env://", rank=node.rank,
+                   world_size=node.world_size, progress=progress, sync_interval=cfg.sync_interval,
+                   sync_timeout=cfg.sync_timeout, mode=cfg.sync_mode)
+
+    run_child("syncer", node.rank, parent_pid, body, links.report)
