@@ -152,6 +152,7 @@ def config_from_dict(data: Any, source: str) -> Config:
 HELP_GROUPS = {
     "env": "environment",
     "num_workers": "processes",
+    "sync_interval": "several machines (under torchrun; see the README)",
     "max_steps": "budgets (a run stops at the first one reached)",
     "rollout_steps": "algorithm (the seed's values)",
     "eval_interval": "evaluation, logging and the run directory",

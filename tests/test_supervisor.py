@@ -45,7 +45,7 @@ def test_a_restarted_worker_keeps_its_adam_statistics_and_steps(children):
     wait_until(lambda: float(adam_steps[0]) >= 5)
     first = supervisor.worker_pids()[0]
     os.kill(first, signal.SIGKILL)
-    wait_until(lambda: not alive(first))
+    wait_until(lambda: supervisor.children[0].process.exitcode is not None)
     steps_before, adam_before = shared.global_step(), float(adam_steps[0])
     supervisor.check()
     assert said["log"] == ["worker 0 was killed by signal 9; restarting it (1/1)"] and not said["fail"]
