@@ -6,6 +6,10 @@ reports agent steps/s of each (from progress.csv after --warmup seconds) and the
 measured in the same run on the same machine. The sync round's own time is measured by
 `experiments/bench_syncer.py`.
 Writes experiments/results/multinode.{md,csv}.
+
+`--learning`: instead, CartPole-v1 to a mean evaluation return of 195 under both layouts for
+seeds 0, 1, 2 (`--lr 1e-3 --lstm-size 64`, evaluation every 5 s), agent steps and seconds to
+the target per seed, written to experiments/results/multinode-cartpole.{md,csv}.
 """
 from __future__ import annotations
 
@@ -37,6 +41,50 @@ def steps_per_s(progress_files: list[Path], warmup: float) -> float:
     return max(rates) if rates else float("nan")
 
 
+def layout_command(layout: str, nodes: int, sync_interval: float) -> list[str]:
+    if layout == "one node":
+        return [sys.executable, "-m", "hogwild_a3c.train", "--num-workers", str(nodes)]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc-per-node={nodes}",
+            "-m", "hogwild_a3c.train", "--num-workers", "1", "--sync-interval", str(sync_interval)]
+
+
+def learning(args: argparse.Namespace, env: dict) -> None:
+    rows = []
+    for seed in (0, 1, 2):
+        for layout in ("one node", "nodes"):
+            run_dir = RUNS / "multinode-cartpole" / f"s{seed}-{layout.replace(' ', '-')}-{time.time_ns()}"
+            subprocess.run([*layout_command(layout, args.nodes, args.sync_interval), "--env", "CartPole-v1",
+                            "--lr", "1e-3", "--lstm-size", "64", "--seed", str(seed), "--target-return", "195",
+                            "--eval-episodes", "5", "--eval-interval", "5", "--max-seconds", "600", "--no-progress",
+                            "--run-dir", str(run_dir)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            evals = [pd.read_csv(path) for path in [run_dir / "eval.csv", *run_dir.glob("nodes/*/eval.csv")]
+                     if path.is_file()]
+            evals = max(evals, key=len)
+            means = evals.groupby(["global_step", "time_s"], sort=False)["episode_return"].mean().reset_index()
+            reached = means[means["episode_return"] >= 195]
+            row = {"seed": seed, "layout": layout,
+                   "steps_to_195": int(reached["global_step"].iloc[0]) if len(reached) else float("nan"),
+                   "seconds_to_195": float(reached["time_s"].iloc[0]) if len(reached) else float("nan")}
+            print(row, flush=True)
+            rows.append(row)
+            shutil.rmtree(run_dir, ignore_errors=True)
+    with open(RESULTS / "multinode-cartpole.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    summary = [{"layout": layout,
+                "median_steps_to_195": statistics.median(r["steps_to_195"] for r in rows if r["layout"] == layout),
+                "median_seconds_to_195": statistics.median(r["seconds_to_195"] for r in rows if r["layout"] == layout)}
+               for layout in ("one node", "nodes")]
+    text = header(f"CartPole-v1 to 195: 1 node x {args.nodes} workers against {args.nodes} nodes x 1 worker",
+                  "make bench-multinode ARGS='" + " ".join(sys.argv[1:]) + "'",
+                  {"flags": "--lr 1e-3 --lstm-size 64 --eval-episodes 5 --eval-interval 5, seeds 0 1 2"})
+    text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table(summary, list(summary[0]))
+    (RESULTS / "multinode-cartpole.md").write_text(text)
+    print(text)
+
+
 def main() -> None:
     config = load_config("throughput")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -45,7 +93,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sync-interval", type=float, default=0.5)
+    parser.add_argument("--learning", action="store_true", help="CartPole to 195 per seed instead of throughput")
     args = parser.parse_args()
+    if args.learning:
+        return learning(args, {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
     common = ["--env", config["env"], "--env-kwargs", *config["env_kwargs"], "--eval-episodes", "0",
               "--max-seconds", str(args.seconds), "--progress-interval", "1", "--no-progress"]
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -53,12 +104,7 @@ def main() -> None:
     for repeat in range(args.repeats):
         for layout in ("one node", "nodes"):
             run_dir = RUNS / "multinode" / f"r{repeat}-{layout.replace(' ', '-')}-{time.time_ns()}"
-            if layout == "one node":
-                command = [sys.executable, "-m", "hogwild_a3c.train", *common, "--num-workers", str(args.nodes)]
-            else:
-                command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                           f"--nproc-per-node={args.nodes}", "-m", "hogwild_a3c.train", *common, "--num-workers", "1",
-                           "--sync-interval", str(args.sync_interval)]
+            command = [*layout_command(layout, args.nodes, args.sync_interval), *common]
             subprocess.run([*command, "--run-dir", str(run_dir)], cwd=REPO, env=env, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             files = [run_dir / "progress.csv"] if layout == "one node" else sorted(run_dir.glob("nodes/*/progress.csv"))

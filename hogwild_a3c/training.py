@@ -180,7 +180,7 @@ class Clock:
         return (time.time() if wall_time is None else wall_time) - self.origin
 
 
-def run_training(prepared: Prepared, argv: list[str], log: Callable[[str], None] | None = None) -> int:
+def run_training(prepared: Prepared, argv: list[str]) -> int:
     """Train until the stop policy ends the run; returns the exit status."""
     cfg, run_dir = prepared.cfg, prepared.run_dir
     torch.manual_seed(cfg.seed)
