@@ -65,7 +65,7 @@ def _acting_process(env_id, env_kwargs, envs, seconds, warmup, barrier, out, ran
     register_atari()
     cfg = Config(env=env_id, env_kwargs=env_kwargs, envs_per_worker=envs)
     info = describe_env(env_id, env_kwargs)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg.lstm_size), 1, "adam", 1e-4, in_process_context())
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, "adam", 1e-4, in_process_context())
     worker = Worker(0, cfg, info, HogwildLink(shared, 0), seed=rank)
     barrier.wait()
 

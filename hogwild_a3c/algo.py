@@ -81,16 +81,23 @@ def a3c_loss(
     returns: torch.Tensor,
     value_coef: float = 0.5,
     entropy_coef: float = 0.01,
+    reduction: str = "sum",
 ) -> LossTerms:
-    """The seed's loss, summed over the batch rather than averaged.
+    """The seed's loss, summed over the batch rather than averaged (`reduction="sum"`).
 
     pi_loss = -sum(log pi(a) * adv); vf_loss = 0.5 * sum((V - R)^2);
     entropy = -sum(pi * log pi); total = pi_loss + value_coef * vf_loss - entropy_coef * entropy.
+    With `reduction="mean"` every sum is a mean over the batch (SB3's A2C, at value_coef 0.5,
+    gives the value term the same weight relative to the policy term as here at value_coef 1.0,
+    since SB3's value loss has no 0.5 inside). Summing makes the gradient grow with the batch, so
+    against a fixed clip norm a large batch is clipped hard and a large value error swamps the
+    policy gradient; the mean keeps the clip threshold and lr meaningful for any batch size.
     """
+    reduce = torch.sum if reduction == "sum" else torch.mean
     log_probs = F.log_softmax(logits, dim=-1)
     chosen = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    policy_loss = -(chosen * advantages).sum()
-    value_loss = 0.5 * (values - returns).pow(2).sum()
-    entropy = -(log_probs.exp() * log_probs).sum()
+    policy_loss = -reduce(chosen * advantages)
+    value_loss = 0.5 * reduce((values - returns).pow(2))
+    entropy = -reduce((log_probs.exp() * log_probs).sum(-1))
     total = policy_loss + value_coef * value_loss - entropy_coef * entropy
     return LossTerms(total, policy_loss, value_loss, entropy)

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     except EnvSpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    model = build_model(info.obs_shape, info.num_actions, cfg.lstm_size)
+    model = build_model(info.obs_shape, info.num_actions, cfg)
     model.load_state_dict(payload["model"])
     model.eval()
     step = payload.get("global_step", "?")

@@ -67,7 +67,7 @@ class Trainer:
     def _build_shared(self) -> None:
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
-        model = build_model(self.env_info.obs_shape, self.env_info.num_actions, cfg.lstm_size)
+        model = build_model(self.env_info.obs_shape, self.env_info.num_actions, cfg)
         slots = max(1, cfg.num_workers)
         self.shared = SharedState.create(model, slots, cfg.optimizer, cfg.lr, self.ctx)
         self.session = 0

@@ -13,6 +13,13 @@ The hot loop, per rollout of T steps over K environments:
 5. Clip to the global norm, hand the gradients to the shared parameters, step this worker's
    optimizer, count the steps in this worker's own slot (no lock).
 
+With `--normalize-obs` / `--normalize-reward` (the `vector` preset), the model carries running
+statistics as buffers (`model.RunningMoments`). Acting and replay use the local copy pulled at
+the rollout's start, so both see the same normalization; after acting, the worker folds the
+rollout's observations and discounted returns into the shared statistics. Rewards are divided
+by the running std of the discounted return (as SB3's VecNormalize does), so the value targets
+have a scale near 1 whatever the env's reward scale; episode returns are logged unscaled.
+
 A rollout may cross an episode end: that environment's column is cut there (its own bootstrap)
 and its LSTM state zeroed for the next step, in acting and in replay alike. The per-step Python
 work is the env step and a few array writes; everything else happens once per rollout.
@@ -53,7 +60,7 @@ class Worker:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.num_envs = cfg.envs_per_worker
-        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg.lstm_size)
+        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
         self.optimizer = link.make_optimizer()
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]
         steps, envs, shape = cfg.rollout_steps, self.num_envs, env_info.obs_shape
@@ -66,6 +73,7 @@ class Worker:
         self.done_values = np.zeros((steps, envs), dtype=np.float32)
         self.resets = np.zeros((steps, envs), dtype=bool)
         self.episode_return = np.zeros(envs)
+        self.discounted_return = np.zeros(envs)  # per env, for --normalize-reward
         self.episode_length = np.zeros(envs, dtype=np.int64)
         self.env_errors_in_a_row = 0
         self.state = self.model.initial_state(envs)
@@ -124,6 +132,7 @@ class Worker:
             self._recover_env(err.env_index, err.cause)
             return 0
         self.env_errors_in_a_row = 0
+        self._update_statistics()
         self._learn(start_state, last_values)
         steps = self.cfg.rollout_steps * self.num_envs
         self.link.add_steps(steps)
@@ -170,6 +179,27 @@ class Worker:
         if t + 1 < self.cfg.rollout_steps:
             self.resets[t + 1, k] = True
 
+    def _update_statistics(self) -> None:
+        """Fold this rollout into the shared running statistics and scale its rewards with the
+        local (pulled) ones. Nothing to do for the seed's model, which has none."""
+        local = self.model
+        if local.obs_norm is None and local.return_norm is None:
+            return
+        shared_model = self.link.shared.model
+        if local.obs_norm is not None:
+            shared_model.obs_norm.merge_(self.obs_buf)
+        if local.return_norm is not None:
+            returns = np.empty_like(self.rewards, dtype=np.float64)
+            running = self.discounted_return
+            for t in range(self.cfg.rollout_steps):
+                running = running * self.cfg.gamma + self.rewards[t]
+                returns[t] = running
+                running = np.where(self.dones[t], 0.0, running)
+            self.discounted_return = running
+            shared_model.return_norm.merge_(returns)
+            self.rewards *= local.return_norm.scale()
+            np.clip(self.rewards, -local.return_norm.clip, local.return_norm.clip, out=self.rewards)
+
     def _learn(self, start_state: Any, last_values: np.ndarray) -> None:
         cfg = self.cfg
         returns, advantages = rollout_targets(
@@ -185,6 +215,7 @@ class Worker:
             torch.from_numpy(returns).flatten(),
             value_coef=cfg.value_coef,
             entropy_coef=cfg.entropy_coef,
+            reduction=cfg.loss_reduction,
         )
         self.model.zero_grad(set_to_none=True)
         loss.total.backward()
@@ -194,7 +225,7 @@ class Worker:
             self.link.count("skipped_updates")
             return
         self.link.push(self.model, self.optimizer)
-        batch = returns.size
+        batch = returns.size if cfg.loss_reduction == "sum" else 1  # progress.csv shows per-sample losses
         self.link.report_update(
             loss.policy.item() / batch, loss.value.item() / batch, loss.entropy.item() / batch, grad_norm
         )
