@@ -8,14 +8,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.signal
 import torch
 import torch.nn.functional as F
 
 
 def discount(x: np.ndarray, gamma: float) -> np.ndarray:
-    """y[t] = sum_k gamma^k x[t+k], computed as the seed does with a reversed IIR filter."""
-    return scipy.signal.lfilter([1.0], [1.0, -gamma], x[::-1], axis=0)[::-1]
+    """y[t] = sum_k gamma^k x[t+k] along axis 0: the seed's `scipy.signal.lfilter([1], [1, -gamma],
+    x[::-1])[::-1]`, as the recursion y[t] = x[t] + gamma * y[t+1] (tests check both agree).
+
+    A plain loop, because rollouts are 5-20 steps long and importing scipy.signal costs every
+    spawned child 0.8 s of its 1.8 s start (measured here): the start of every run.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(x)
+    if x.ndim == 1:
+        running = 0.0
+        values = x.tolist()
+        for t in range(len(values) - 1, -1, -1):
+            running = values[t] + gamma * running
+            values[t] = running
+        out[:] = values
+        return out
+    running = np.zeros(x.shape[1:])
+    for t in range(len(x) - 1, -1, -1):
+        running = x[t] + gamma * running
+        out[t] = running
+    return out
 
 
 def segment_targets(

@@ -254,9 +254,7 @@ def worker_main(rank: int, cfg: Config, env_info: EnvInfo, shared: Any, session:
     from .process import run_child
 
     def body() -> None:
-        from .envs import register_atari
-
-        register_atari()
+        # make_env registers the ALE ids when the env needs them (spawned children do not inherit them).
         link = HogwildLink(shared, rank)
         link.heartbeat()
         worker = Worker(rank, cfg, env_info, link, worker_seed(cfg.seed, rank, session))
