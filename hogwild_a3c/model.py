@@ -92,6 +92,8 @@ class RunningMoments(nn.Module):
     def merge_(self, batch: np.ndarray) -> None:
         """Fold a batch [N, *shape] into the running moments, in place."""
         batch = np.asarray(batch, dtype=np.float64).reshape(-1, *self.mean.shape)
+        # A NaN or inf (a broken env) must not poison the statistics of every process for good.
+        batch = batch[np.isfinite(batch.reshape(len(batch), -1)).all(axis=1)]
         n = len(batch)
         if n == 0:
             return
@@ -114,6 +116,7 @@ class ActorCritic(nn.Module):
     def __init__(
         self, obs_shape: tuple[int, ...], num_actions: int, lstm_size: int = 256, core: str = "lstm",
         hidden_size: int = 128, activation: str = "elu", normalize_obs: bool = False, normalize_reward: bool = False,
+        value_net: str = "shared",
     ):
         super().__init__()
         self.obs_shape = tuple(obs_shape)
@@ -136,6 +139,9 @@ class ActorCritic(nn.Module):
         else:
             self.lstm = None
             head_in = self.encoder.out_features
+        # The mlp core may give the value head its own encoder (SB3's MlpPolicy does), so the
+        # value loss does not shape the policy's features.
+        self.value_encoder = MlpEncoder(obs_shape[0], hidden_size, activation) if value_net == "separate" else None
         self.policy = nn.Linear(head_in, num_actions)
         self.value = nn.Linear(head_in, 1)
         _normalized_columns_(self.policy.weight, 0.01)
@@ -157,6 +163,14 @@ class ActorCritic(nn.Module):
             obs = self.obs_norm.normalize(obs)
         return self.encoder(obs)
 
+    def _feedforward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mlp core: logits and values of a batch of observations."""
+        if self.obs_norm is not None:
+            obs = self.obs_norm.normalize(obs)
+        out = self.encoder(obs)
+        value_in = out if self.value_encoder is None else self.value_encoder(obs)
+        return F.linear(out, self.policy.weight, self.policy.bias), F.linear(value_in, self.value.weight, self.value.bias).squeeze(-1)
+
     def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for a batch: obs [B, *obs_shape] -> logits [B, A], value [B], next state.
 
@@ -167,9 +181,8 @@ class ActorCritic(nn.Module):
         """
         lstm = self.lstm
         if lstm is None:
-            out = self.features(obs)
-            logits = F.linear(out, self.policy.weight, self.policy.bias)
-            return logits, F.linear(out, self.value.weight, self.value.bias).squeeze(-1), state
+            logits, value = self._feedforward(obs)
+            return logits, value, state
         h, c = state[0][0], state[1][0]
         gates = F.linear(self.features(obs), lstm.weight_ih_l0, lstm.bias_ih_l0)
         gates = gates + F.linear(h, lstm.weight_hh_l0, lstm.bias_hh_l0)
@@ -190,9 +203,10 @@ class ActorCritic(nn.Module):
         stretch between resets.
         """
         steps, batch = obs.shape[:2]
-        features = self.features(obs.reshape(steps * batch, *obs.shape[2:])).reshape(steps, batch, -1)
         if self.lstm is None:
-            return self.policy(features), self.value(features).squeeze(-1)
+            logits, values = self._feedforward(obs.reshape(steps * batch, *obs.shape[2:]))
+            return logits.reshape(steps, batch, -1), values.reshape(steps, batch)
+        features = self.features(obs.reshape(steps * batch, *obs.shape[2:])).reshape(steps, batch, -1)
         cuts = [0]
         if resets is not None:
             cuts += [t for t in range(1, steps) if bool(resets[t].any())]
@@ -219,6 +233,7 @@ def build_model(obs_shape: tuple[int, ...], num_actions: int, arch: Any) -> Acto
         model = ActorCritic(
             obs_shape, num_actions, arch.lstm_size, core=arch.core, hidden_size=arch.hidden_size,
             activation=arch.activation, normalize_obs=arch.normalize_obs, normalize_reward=arch.normalize_reward,
+            value_net=arch.value_net,
         )
     # Channels-last conv weights run the CPU (oneDNN) kernels ~25% faster here, forward and
     # backward (measured: 7.2 -> 5.5 ms for a 20-frame replay); every copy of the model, shared

@@ -194,7 +194,7 @@ class Worker:
             for t in range(self.cfg.rollout_steps):
                 running = running * self.cfg.gamma + self.rewards[t]
                 returns[t] = running
-                running = np.where(self.dones[t], 0.0, running)
+                running = np.where(self.dones[t] | ~np.isfinite(running), 0.0, running)
             self.discounted_return = running
             shared_model.return_norm.merge_(returns)
             self.rewards *= local.return_norm.scale()
