@@ -63,6 +63,15 @@ class MlpEncoder(nn.Sequential):
             layers += [linear, nn.ELU() if activation == "elu" else nn.Tanh()]
         super().__init__(*layers)
         self.out_features = hidden
+        self._act = F.elu if activation == "elu" else torch.tanh
+        self._linears = [m for m in self if isinstance(m, nn.Linear)]  # a plain list: no new registration
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # The layers' functions called directly: a module call costs several microseconds of
+        # Python, more than a 64-unit layer's arithmetic on a batch of 8 (CartPole's hot loop).
+        for linear in self._linears:
+            x = self._act(F.linear(x, linear.weight, linear.bias))
+        return x
 
 
 class RunningMoments(nn.Module):
