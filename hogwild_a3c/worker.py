@@ -62,6 +62,8 @@ class Worker:
         self.num_envs = cfg.envs_per_worker
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
         self.optimizer = link.make_optimizer()
+        # Walking the module tree for parameters() costs more than a small model's update step.
+        self.params = list(self.model.parameters())
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]
         steps, envs, shape = cfg.rollout_steps, self.num_envs, env_info.obs_shape
         self.obs = np.zeros((envs, *shape), dtype=np.float32)
@@ -217,9 +219,10 @@ class Worker:
             entropy_coef=cfg.entropy_coef,
             reduction=cfg.loss_reduction,
         )
-        self.model.zero_grad(set_to_none=True)
+        for p in self.params:
+            p.grad = None
         loss.total.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
         if not (math.isfinite(grad_norm) and math.isfinite(loss.total.item())):
             # Applying it would poison the shared weights for every worker.
             self.link.count("skipped_updates")
