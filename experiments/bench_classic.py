@@ -7,6 +7,7 @@ Two clocks per run: `time_s` from the start of training (the trainer's own clock
 before it spawns its workers; SB3's from just before it builds its envs), and `wall_s` from the
 launch of the process (Python and torch imports included). The trainer is stopped with SIGINT
 once its episodes.csv shows the threshold; SB3 stops itself (experiments/sb3_a2c.py).
+`load1` is the machine's 1-minute load average when the run started (the machine is shared).
 Envs and settings: experiments/configs/classic.json. An env whose package is missing (Box2D
 for LunarLander) is skipped with a note. Writes experiments/results/classic.{md,csv}.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -120,6 +122,7 @@ def main():
             continue
         for seed in args.seeds:
             for agent in ("hogwild_a3c", "sb3_a2c"):
+                load1 = round(os.getloadavg()[0], 2)  # this machine is shared: how busy it was
                 if agent == "hogwild_a3c":
                     run_dir = RUNS / "classic" / f"{stamp}-{env}-s{seed}"
                     result = run_ours(env, seed, spec["target"], window, spec["budget_s"], run_dir, args.flags.split())
@@ -127,11 +130,11 @@ def main():
                 else:
                     result = run_sb3(env, seed, spec["target"], window, spec["budget_s"], spec["sb3"])
                     result["run_dir"] = ""
-                row = {"env": env, "target": spec["target"], "agent": agent, "seed": seed, **result}
+                row = {"env": env, "target": spec["target"], "agent": agent, "seed": seed, **result, "load1": load1}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    columns = ["env", "target", "agent", "seed", "reached", "time_s", "wall_s", "steps", "final_mean", "run_dir"]
+    columns = ["env", "target", "agent", "seed", "reached", "time_s", "wall_s", "steps", "final_mean", "load1", "run_dir"]
     with open(RESULTS / f"{args.out}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
