@@ -133,9 +133,17 @@ def main():
                 row = {"env": env, "target": spec["target"], "agent": agent, "seed": seed, **result, "load1": load1}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                render(rows, notes, config, args.seeds, args.flags, args.out)
+    print(render(rows, notes, config, args.seeds, args.flags, args.out))
+
+
+def render(rows: list[dict], notes: list[str], config: dict, seeds: list[int], flags: str, out: str) -> str:
+    """Write experiments/results/<out>.{csv,md} from the runs so far (called after every run, so
+    an interrupted benchmark still leaves its table)."""
+    window = int(config["window"])
     RESULTS.mkdir(parents=True, exist_ok=True)
     columns = ["env", "target", "agent", "seed", "reached", "time_s", "wall_s", "steps", "final_mean", "load1", "run_dir"]
-    with open(RESULTS / f"{args.out}.csv", "w", newline="") as f:
+    with open(RESULTS / f"{out}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows({c: r[c] for c in columns} for r in rows)
@@ -156,17 +164,18 @@ def main():
     import stable_baselines3
 
     extra = {
-        "what": f"first time the mean of the last {window} training episodes reaches the target; median of seeds {args.seeds}",
-        "hogwild_a3c flags": f"--env ENV --seed S{(' ' + args.flags) if args.flags else ''} (no tuning flags; --eval-episodes 0 --no-progress for the benchmark)",
-        "SB3": f"stable-baselines3 {stable_baselines3.__version__}, A2C MlpPolicy, rl-zoo settings per env in experiments/configs/classic.json, torch threads 1",
+        "what": f"first time the mean of the last {window} training episodes reaches the target; median of seeds {seeds}",
+        "hogwild_a3c flags": f"--env ENV --seed S{(' ' + flags) if flags else ''} (no tuning flags; --eval-episodes 0 --no-progress for the benchmark)",
+        "SB3": f"stable-baselines3 {stable_baselines3.__version__}, A2C MlpPolicy, rl-zoo settings per env in experiments/configs/classic.json "
+               "(LunarLander: rl-zoo's lr 8.3e-4 held constant, since rl-zoo decays it linearly over its own step budget), torch threads 1",
     }
     text = header("Classic control: this trainer with no flags against SB3 A2C (rl-zoo)", "make bench-classic", extra)
     text += "\n" + markdown_table(summary, list(summary[0])) if summary else "\nno runs\n"
     text += "\n" + markdown_table(rows, columns) if rows else ""
     for note in notes:
         text += f"\n- {note}\n"
-    (RESULTS / f"{args.out}.md").write_text(text)
-    print(text)
+    (RESULTS / f"{out}.md").write_text(text)
+    return text
 
 
 if __name__ == "__main__":
