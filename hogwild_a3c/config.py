@@ -45,7 +45,7 @@ class Config:
     core: str = _opt("lstm", "recurrent LSTM core (the seed) or a feedforward one (mlp: the encoder feeds the heads)", choices=["lstm", "mlp"])
     hidden_size: int = _opt(128, "units of each of the 2 layers of the encoder for vector observations")
     activation: str = _opt("elu", "activation of the vector encoder", choices=["elu", "tanh"])
-    value_net: str = _opt("shared", "with --core mlp: the value head shares the policy's encoder, or has its own (separate)", choices=["shared", "separate"])
+    value_net: str = _opt("shared", "with --core mlp: the value head shares the policy's encoder, or has its own (separate); the lstm core always shares, whatever this says", choices=["shared", "separate"])
     loss_reduction: str = _opt("sum", "sum: the seed's loss summed over the batch; mean: averaged, so the clip threshold and lr do not depend on the batch size", choices=["sum", "mean"])
     normalize_obs: bool = _opt(False, "scale observations by running mean and std (statistics shared by every process and saved in checkpoints)", negatable=True)
     normalize_reward: bool = _opt(False, "scale rewards by the running std of the discounted return (shared and checkpointed like --normalize-obs)", negatable=True)
@@ -137,8 +137,6 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(cfg.core in ("lstm", "mlp"), "core", "lstm or mlp", cfg.core)
     need(cfg.activation in ("elu", "tanh"), "activation", "elu or tanh", cfg.activation)
     need(cfg.value_net in ("shared", "separate"), "value_net", "shared or separate", cfg.value_net)
-    if cfg.value_net == "separate" and cfg.core != "mlp":
-        errors.append("--value-net separate needs --core mlp (the LSTM core shares its state)")
     need(cfg.loss_reduction in ("sum", "mean"), "loss_reduction", "sum or mean", cfg.loss_reduction)
     need(cfg.optimizer in ("adam", "shared-adam"), "optimizer", "adam or shared-adam", cfg.optimizer)
     need(cfg.eval_interval > 0, "eval_interval", "a positive number of seconds", cfg.eval_interval)

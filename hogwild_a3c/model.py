@@ -150,7 +150,8 @@ class ActorCritic(nn.Module):
             head_in = self.encoder.out_features
         # The mlp core may give the value head its own encoder (SB3's MlpPolicy does), so the
         # value loss does not shape the policy's features.
-        self.value_encoder = MlpEncoder(obs_shape[0], hidden_size, activation) if value_net == "separate" else None
+        separate = value_net == "separate" and core == "mlp"  # the LSTM core's state is shared by both heads
+        self.value_encoder = MlpEncoder(obs_shape[0], hidden_size, activation) if separate else None
         self.policy = nn.Linear(head_in, num_actions)
         self.value = nn.Linear(head_in, 1)
         _normalized_columns_(self.policy.weight, 0.01)
