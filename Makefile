@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train train-nodes test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-pong bench-pong-compare bench-frames profile-hot-loop plot notebook clean
+.PHONY: install train train-nodes test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-pong bench-pong-compare bench-frames profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,12 @@ bench-throughput: $(STAMP)
 
 bench-cartpole: $(STAMP)
 	$(PY) experiments/bench_cartpole.py $(ARGS)
+
+# SB3 is only the yardstick here: installed with the `bench` extra, after the CPU torch, so
+# pip keeps that torch (stable-baselines3 accepts torch>=2.8,<3).
+bench-classic: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench,box2d]'
+	$(PY) experiments/bench_classic.py $(ARGS)
 
 bench-pong: $(STAMP)
 	$(PY) experiments/bench_pong.py $(ARGS)

@@ -66,7 +66,7 @@ def _acting_process(env_id, env_kwargs, envs, seconds, warmup, barrier, out, ran
     register_atari()
     cfg = Config(env=env_id, env_kwargs=env_kwargs, envs_per_worker=envs)
     info = describe_env(env_id, env_kwargs)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg.lstm_size), 1, "adam", 1e-4)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, "adam", 1e-4)
     reports = InProcessReports()
     worker = Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=rank)
     barrier.wait()

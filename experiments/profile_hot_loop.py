@@ -38,7 +38,7 @@ def main():
     config = load_config("throughput")
     cfg = Config(env=config["env"], env_kwargs=parse_env_kwargs(config["env_kwargs"]), envs_per_worker=args.envs_per_worker)
     info = describe_env(cfg.env, cfg.env_kwargs)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg.lstm_size), 1, "adam", cfg.lr)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, "adam", cfg.lr)
     reports = InProcessReports()
     worker = Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=0)
 

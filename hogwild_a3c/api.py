@@ -1,7 +1,7 @@
 """Training and playing from Python: `train`, `load_policy`, `evaluate`.
 
     import hogwild_a3c
-    result = hogwild_a3c.train(env="CartPole-v1", max_steps=200_000, lr=1e-3, lstm_size=64)
+    result = hogwild_a3c.train(env="CartPole-v1", max_steps=200_000)
     policy = hogwild_a3c.load_policy(result.run_dir)
     returns = hogwild_a3c.evaluate(result.run_dir, episodes=3)
 
@@ -138,7 +138,7 @@ def load_policy(path: str | Path, env: str | None = None) -> Policy:
                           f"imports code by itself: pass --env {cfg.env} to allow it")
     try:
         info = describe_env(cfg.env, cfg.env_kwargs, frame=cfg.frame)
-        model = build_model(info.obs_shape, info.num_actions, cfg.lstm_size)
+        model = build_model(info.obs_shape, info.num_actions, cfg)
         check_model_fits(payload, found, model)
     except (EnvSpecError, CheckpointError) as exc:
         raise PolicyError(str(exc)) from None

@@ -36,6 +36,9 @@ class Config:
     env_kwargs: dict = _opt(
         None, "extra keyword arguments for gymnasium.make, as KEY=VALUE (VALUE a Python literal)", nargs="*"
     )
+    # Where the defaults below come from (see hogwild_a3c/presets/ and README "Presets")
+    preset: str = _opt("auto", "settings to start from: auto picks by env (the env's own preset file if the package has one, else `seed` for Atari frames and `vector` for vector observations); or a preset name: seed, vector, ...; --config and flags override it")
+    config: str | None = _opt(None, experiment=False, help="a JSON file of settings (keys are flag names with _ or -, e.g. {\"lr\": 0.001}); it may name a \"preset\" to start from; flags override it")
     frame: str = _opt("fast", "how Atari frames become grey: fast = ALE's luminance greyscale; seed = the mean of the "
                       "RGB channels, as the seed's _process_frame42 (about 35 us more per frame); other envs ignore it",
                       choices=["fast", "seed"])
@@ -62,7 +65,14 @@ class Config:
     value_coef: float = _opt(0.5, "weight of the value loss")
     max_grad_norm: float = _opt(40.0, "clip gradients to this global norm")
     optimizer: str = _opt("adam", "adam: each worker its own Adam statistics (the seed); shared-adam: one set in shared memory", choices=["adam", "shared-adam"])
-    lstm_size: int = _opt(256, "LSTM hidden units")
+    lstm_size: int = _opt(256, "LSTM hidden units (--core lstm)")
+    core: str = _opt("lstm", "recurrent LSTM core (the seed) or a feedforward one (mlp: the encoder feeds the heads)", choices=["lstm", "mlp"])
+    hidden_size: int = _opt(128, "units of each of the 2 layers of the encoder for vector observations")
+    activation: str = _opt("elu", "activation of the vector encoder", choices=["elu", "tanh"])
+    value_net: str = _opt("shared", "with --core mlp: the value head shares the policy's encoder, or has its own (separate); the lstm core always shares, whatever this says", choices=["shared", "separate"])
+    loss_reduction: str = _opt("sum", "sum: the seed's loss summed over the batch; mean: averaged, so the clip threshold and lr do not depend on the batch size", choices=["sum", "mean"])
+    normalize_obs: bool = _opt(False, "scale observations by running mean and std (statistics shared by every process and saved in checkpoints)", negatable=True)
+    normalize_reward: bool = _opt(False, "scale rewards by the running std of the discounted return (shared and checkpointed like --normalize-obs)", negatable=True)
     # Evaluation and logging
     eval_interval: float = _run(60.0, "seconds between evaluations of the shared policy")
     eval_episodes: int = _opt(5, "episodes per evaluation; 0 starts no evaluator", resumable=True)
@@ -91,6 +101,14 @@ def resumable_fields() -> set[str]:
 
 def experiment_fields() -> set[str]:
     return {f.name for f in dataclasses.fields(Config) if f.metadata["experiment"]}
+
+
+# What a preset file may set: the algorithm and the model, nothing about processes or budgets.
+PRESET_FIELDS = {
+    "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "entropy_coef", "value_coef",
+    "max_grad_norm", "optimizer", "lstm_size", "core", "hidden_size", "activation", "loss_reduction",
+    "normalize_obs", "normalize_reward", "value_net",
+}
 
 
 def flag_name(name: str) -> str:
@@ -174,13 +192,17 @@ def build_parser() -> argparse.ArgumentParser:
         kwargs = {k: v for k, v in f.metadata.items() if k not in ("resumable", "experiment", "required_when_saved")}
         help_text = kwargs.pop("help")
         if f.type in ("bool", bool):
-            group.add_argument(flag_name(f.name), action="store_true", help=help_text)
+            negatable = kwargs.pop("negatable", False)
+            action = argparse.BooleanOptionalAction if negatable else "store_true"
+            group.add_argument(flag_name(f.name), action=action,
+                               help=help_text + (" (default: from the preset)" if negatable else ""))
             continue
         type_, _ = _base_type(f)
         type_ = str if type_ is dict else type_
         metavar = "KEY=VALUE" if f.name == "env_kwargs" else None
         if not re.search(r"\bdefault\b", help_text):  # unless the help already tells its default
-            help_text += f" (default: {'none' if f.default is None else f.default})"
+            shown = "none" if f.default is None else f.default
+            help_text += f" (seed's default: {shown}; presets may set it)" if f.name in PRESET_FIELDS else f" (default: {shown})"
         group.add_argument(flag_name(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     return parser
@@ -207,6 +229,12 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(cfg.value_coef >= 0, "value_coef", "a number >= 0", cfg.value_coef)
     need(cfg.max_grad_norm > 0, "max_grad_norm", "a positive number", cfg.max_grad_norm)
     need(cfg.lstm_size >= 1, "lstm_size", "an integer >= 1", cfg.lstm_size)
+    need(cfg.hidden_size >= 1, "hidden_size", "an integer >= 1", cfg.hidden_size)
+    need(cfg.core in ("lstm", "mlp"), "core", "lstm or mlp", cfg.core)
+    need(cfg.activation in ("elu", "tanh"), "activation", "elu or tanh", cfg.activation)
+    need(cfg.value_net in ("shared", "separate"), "value_net", "shared or separate", cfg.value_net)
+    need(cfg.loss_reduction in ("sum", "mean"), "loss_reduction", "sum or mean", cfg.loss_reduction)
+    need(cfg.optimizer in ("adam", "shared-adam"), "optimizer", "adam or shared-adam", cfg.optimizer)
     need(cfg.eval_interval > 0, "eval_interval", "a positive number of seconds", cfg.eval_interval)
     need(cfg.eval_episodes >= 0, "eval_episodes", "an integer >= 0", cfg.eval_episodes)
     need(cfg.progress_interval > 0, "progress_interval", "a positive number of seconds", cfg.progress_interval)

@@ -64,7 +64,7 @@ class Evaluator:
     def __init__(self, cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: Path, best_return: float, seed: int):
         self.cfg = cfg
         self.link = link
-        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg.lstm_size)
+        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
         self.env = make_env(cfg.env, cfg.env_kwargs, frame=cfg.frame)
         self.rng = np.random.default_rng(seed)
         self.env.reset(seed=seed)  # seeds the env's generator once; later resets continue it

@@ -2,12 +2,19 @@
 
 The LSTM state is an explicit value that callers hold: `initial_state` makes zeros, `step` acts
 one step for a batch of environments, and `replay` re-runs a whole rollout with gradients, so
-the acting loop can run without building an autograd graph.
+the acting loop can run without building an autograd graph. With `core="mlp"` there is no LSTM:
+the encoder feeds the heads, and the state is an empty placeholder so callers need not care.
+
+Running statistics (`RunningMoments`) for observation and return normalization are buffers of
+the model: they live in shared memory with the weights, are copied on every pull, and are saved
+in every checkpoint's `model` state dict, so workers, the evaluator and `evaluate` all see them.
 """
 from __future__ import annotations
 
 import math
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -45,35 +52,108 @@ class ConvEncoder(nn.Sequential):
 
 
 class MlpEncoder(nn.Sequential):
-    """Two ELU layers for flat observations (classic control, custom envs)."""
+    """Two layers (ELU or tanh) for flat observations (classic control, custom envs)."""
 
-    def __init__(self, in_features: int, hidden: int = 128):
+    def __init__(self, in_features: int, hidden: int = 128, activation: str = "elu"):
         layers: list[nn.Module] = []
         for i in range(2):
             linear = nn.Linear(in_features if i == 0 else hidden, hidden)
             _glorot_uniform_(linear.weight, linear.in_features, linear.out_features)
             nn.init.zeros_(linear.bias)
-            layers += [linear, nn.ELU()]
+            layers += [linear, nn.ELU() if activation == "elu" else nn.Tanh()]
         super().__init__(*layers)
         self.out_features = hidden
+        self._act = F.elu if activation == "elu" else torch.tanh
+        self._linears = [m for m in self if isinstance(m, nn.Linear)]  # a plain list: no new registration
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # The layers' functions called directly: a module call costs several microseconds of
+        # Python, more than a 64-unit layer's arithmetic on a batch of 8 (CartPole's hot loop).
+        for linear in self._linears:
+            x = self._act(F.linear(x, linear.weight, linear.bias))
+        return x
+
+
+class RunningMoments(nn.Module):
+    """Running mean and variance of a stream of vectors (or scalars), as buffers.
+
+    Batches are merged with the parallel-variance formula (Chan et al.), so each worker can fold
+    its rollout's moments into the shared buffers with `merge_`. Hogwild: two workers merging at
+    the same instant may lose one batch's contribution, which only slows the estimate a little.
+    """
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("mean", torch.zeros(shape))
+        self.register_buffer("var", torch.ones(shape))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """(x - mean) / std, clipped to +-clip; the identity until a first batch is merged."""
+        return ((x - self.mean) * torch.rsqrt(self.var + self.eps)).clamp_(-self.clip, self.clip)
+
+    def scale(self) -> float:
+        """1 / std, for scaling rewards by the spread of the discounted return."""
+        return float(torch.rsqrt(self.var + self.eps))
+
+    @torch.no_grad()
+    def merge_(self, batch: np.ndarray) -> None:
+        """Fold a batch [N, *shape] into the running moments, in place."""
+        batch = np.asarray(batch, dtype=np.float64).reshape(-1, *self.mean.shape)
+        # A NaN or inf (a broken env) must not poison the statistics of every process for good.
+        batch = batch[np.isfinite(batch.reshape(len(batch), -1)).all(axis=1)]
+        n = len(batch)
+        if n == 0:
+            return
+        count = float(self.count)
+        mean, var = self.mean.double().numpy(), self.var.double().numpy()
+        b_mean, b_var = batch.mean(axis=0), batch.var(axis=0)
+        if count == 0:
+            new_mean, new_var = b_mean, b_var
+        else:
+            total = count + n
+            delta = b_mean - mean
+            new_mean = mean + delta * n / total
+            new_var = (var * count + b_var * n + delta**2 * count * n / total) / total
+        self.mean.copy_(torch.as_tensor(new_mean))
+        self.var.copy_(torch.as_tensor(new_var))
+        self.count.fill_(count + n)
 
 
 class ActorCritic(nn.Module):
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, lstm_size: int = 256):
+    def __init__(
+        self, obs_shape: tuple[int, ...], num_actions: int, lstm_size: int = 256, core: str = "lstm",
+        hidden_size: int = 128, activation: str = "elu", normalize_obs: bool = False, normalize_reward: bool = False,
+        value_net: str = "shared",
+    ):
         super().__init__()
         self.obs_shape = tuple(obs_shape)
+        self.core = core
         if len(obs_shape) == 3:
             self.encoder: nn.Sequential = ConvEncoder(obs_shape[0], obs_shape[1])
         elif len(obs_shape) == 1:
-            self.encoder = MlpEncoder(obs_shape[0])
+            self.encoder = MlpEncoder(obs_shape[0], hidden_size, activation)
         else:
             raise ValueError(f"observation shape {obs_shape} is neither CxHxW nor a flat vector")
-        self.lstm = nn.LSTM(self.encoder.out_features, lstm_size)
-        # TF's BasicLSTMCell, which the seed uses, starts with zero biases.
-        nn.init.zeros_(self.lstm.bias_ih_l0)
-        nn.init.zeros_(self.lstm.bias_hh_l0)
-        self.policy = nn.Linear(lstm_size, num_actions)
-        self.value = nn.Linear(lstm_size, 1)
+        # Registered only when asked for, so a model without them (the seed's) keeps its state dict.
+        self.obs_norm = RunningMoments(self.obs_shape) if normalize_obs else None
+        self.return_norm = RunningMoments(()) if normalize_reward else None
+        if core == "lstm":
+            self.lstm = nn.LSTM(self.encoder.out_features, lstm_size)
+            # TF's BasicLSTMCell, which the seed uses, starts with zero biases.
+            nn.init.zeros_(self.lstm.bias_ih_l0)
+            nn.init.zeros_(self.lstm.bias_hh_l0)
+            head_in = lstm_size
+        else:
+            self.lstm = None
+            head_in = self.encoder.out_features
+        # The mlp core may give the value head its own encoder (SB3's MlpPolicy does), so the
+        # value loss does not shape the policy's features.
+        separate = value_net == "separate" and core == "mlp"  # the LSTM core's state is shared by both heads
+        self.value_encoder = MlpEncoder(obs_shape[0], hidden_size, activation) if separate else None
+        self.policy = nn.Linear(head_in, num_actions)
+        self.value = nn.Linear(head_in, 1)
         _normalized_columns_(self.policy.weight, 0.01)
         _normalized_columns_(self.value.weight, 1.0)
         nn.init.zeros_(self.policy.bias)
@@ -81,11 +161,25 @@ class ActorCritic(nn.Module):
 
     @property
     def lstm_size(self) -> int:
-        return self.lstm.hidden_size
+        return self.lstm.hidden_size if self.lstm is not None else 0
 
     def initial_state(self, batch: int = 1) -> State:
+        """Zeros [1, batch, lstm_size]; with the mlp core, empty [1, batch, 0] placeholders."""
         zeros = torch.zeros(1, batch, self.lstm_size)
         return zeros, zeros.clone()
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.obs_norm is not None:
+            obs = self.obs_norm.normalize(obs)
+        return self.encoder(obs)
+
+    def _feedforward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The mlp core: logits and values of a batch of observations."""
+        if self.obs_norm is not None:
+            obs = self.obs_norm.normalize(obs)
+        out = self.encoder(obs)
+        value_in = out if self.value_encoder is None else self.value_encoder(obs)
+        return F.linear(out, self.policy.weight, self.policy.bias), F.linear(value_in, self.value.weight, self.value.bias).squeeze(-1)
 
     def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for a batch: obs [B, *obs_shape] -> logits [B, A], value [B], next state.
@@ -96,8 +190,11 @@ class ActorCritic(nn.Module):
         both give the same numbers.
         """
         lstm = self.lstm
+        if lstm is None:
+            logits, value = self._feedforward(obs)
+            return logits, value, state
         h, c = state[0][0], state[1][0]
-        gates = F.linear(self.encoder(obs), lstm.weight_ih_l0, lstm.bias_ih_l0)
+        gates = F.linear(self.features(obs), lstm.weight_ih_l0, lstm.bias_ih_l0)
         gates = gates + F.linear(h, lstm.weight_hh_l0, lstm.bias_hh_l0)
         in_gate, forget_gate, cell_gate, out_gate = gates.chunk(4, dim=1)
         c = torch.sigmoid(forget_gate) * c + torch.sigmoid(in_gate) * torch.tanh(cell_gate)
@@ -116,7 +213,10 @@ class ActorCritic(nn.Module):
         stretch between resets.
         """
         steps, batch = obs.shape[:2]
-        features = self.encoder(obs.reshape(steps * batch, *obs.shape[2:])).reshape(steps, batch, -1)
+        if self.lstm is None:
+            logits, values = self._feedforward(obs.reshape(steps * batch, *obs.shape[2:]))
+            return logits.reshape(steps, batch, -1), values.reshape(steps, batch)
+        features = self.features(obs.reshape(steps * batch, *obs.shape[2:])).reshape(steps, batch, -1)
         cuts = [0]
         if resets is not None:
             cuts += [t for t in range(1, steps) if bool(resets[t].any())]
@@ -133,8 +233,18 @@ class ActorCritic(nn.Module):
         return self.policy(out), self.value(out).squeeze(-1)
 
 
-def build_model(obs_shape: tuple[int, ...], num_actions: int, lstm_size: int) -> ActorCritic:
-    model = ActorCritic(obs_shape, num_actions, lstm_size)
+def build_model(obs_shape: tuple[int, ...], num_actions: int, arch: Any) -> ActorCritic:
+    """The model for a run. `arch` is the run's Config (or anything with its model fields:
+    lstm_size, core, hidden_size, activation, normalize_obs, normalize_reward), or a bare int,
+    the LSTM size of the seed's model."""
+    if isinstance(arch, int):
+        model = ActorCritic(obs_shape, num_actions, arch)
+    else:
+        model = ActorCritic(
+            obs_shape, num_actions, arch.lstm_size, core=arch.core, hidden_size=arch.hidden_size,
+            activation=arch.activation, normalize_obs=arch.normalize_obs, normalize_reward=arch.normalize_reward,
+            value_net=arch.value_net,
+        )
     # Channels-last conv weights run the CPU (oneDNN) kernels ~25% faster here, forward and
     # backward (measured: 7.2 -> 5.5 ms for a 20-frame replay); every copy of the model, shared
     # or local, gets the same layout so weight copies and gradient hand-off stay plain copies.

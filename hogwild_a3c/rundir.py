@@ -54,8 +54,12 @@ def _default_workers(cfg: Config) -> None:
 
 
 def resolve_new(given: dict[str, Any]) -> Config:
-    errors: list[str] = []
-    given = dict(given)
+    """Flags -> the run's Config: dataclass defaults < preset < --config file < flags (presets.py)."""
+    from .presets import resolve
+
+    given, errors = resolve(given)
+    if errors:
+        raise ConfigError(errors)
     given["env_kwargs"] = _coerce_env_kwargs(given.get("env_kwargs"), errors)
     cfg = Config(**given)
     _default_workers(cfg)

@@ -168,6 +168,8 @@ class WorkerLink(Protocol):
     - `push(local_model)`: apply the local model's gradients (the link owns the optimizer);
     - `add_steps(n)` / `global_step()`: count agent steps, read the total over all workers;
     - `record_update(...)` / `count(stat)`: update statistics and fault counters;
+    - `merge_statistics(obs, returns)`: fold a rollout into the running observation/return
+      statistics of models that normalize (either may be None);
     - `report_episode(return, length)`: an episode ended;
     - `heartbeat()`: alive and making progress (the first call also says "ready");
     - `should_stop()`: whether the run is stopping.
@@ -179,6 +181,7 @@ class WorkerLink(Protocol):
     def global_step(self) -> int: ...
     def record_update(self, policy_loss: float, value_loss: float, entropy: float, grad_norm: float) -> None: ...
     def count(self, stat: str) -> None: ...
+    def merge_statistics(self, obs: Any, returns: Any) -> None: ...
     def report_episode(self, episode_return: float, length: int) -> None: ...
     def heartbeat(self) -> None: ...
     def should_stop(self) -> bool: ...
@@ -223,6 +226,13 @@ class HogwildLink:
         if stat == "skipped_updates":
             self.stats[STAT["skipped_in_a_row"]] += 1
         self.heartbeat()
+
+    def merge_statistics(self, obs: Any, returns: Any) -> None:
+        # Into the shared model's buffers, lock-free like the weights: workers pull them with them.
+        if obs is not None:
+            self.shared.model.obs_norm.merge_(obs)
+        if returns is not None:
+            self.shared.model.return_norm.merge_(returns)
 
     def report_episode(self, episode_return: float, length: int) -> None:
         self.reports.send(EpisodeEnded(self.rank, self.global_step(), float(episode_return), int(length), time.time()))

@@ -92,7 +92,7 @@ def _prepare_resume(resume_dir: str, args: dict[str, Any], rejoin: bool = False)
         try:
             payload, path = load_latest(run_dir / "checkpoints", warn=lambda m: print(m, file=sys.stderr))
             check_same_experiment(cfg, payload.get("config"), path)
-            check_training_payload(payload, path, build_model(env_info.obs_shape, env_info.num_actions, cfg.lstm_size))
+            check_training_payload(payload, path, build_model(env_info.obs_shape, env_info.num_actions, cfg))
         except CheckpointError as exc:
             if not rejoin:
                 raise ConfigError([f"--resume {resume_dir}: {exc}"]) from None
@@ -184,7 +184,7 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
     """Train until the stop policy ends the run; returns the exit status."""
     cfg, run_dir = prepared.cfg, prepared.run_dir
     torch.manual_seed(cfg.seed)
-    model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg.lstm_size)
+    model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg)
     shared = SharedState.create(model, max(1, cfg.num_workers), cfg.optimizer, cfg.lr)
     if prepared.payload is not None:
         before = restore_training(shared, prepared.payload)

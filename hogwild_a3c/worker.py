@@ -13,6 +13,13 @@ The hot loop, per rollout of T steps over K environments:
 5. Clip to the global norm and push through the link (on one machine: hand the gradients to the
    shared parameters and step this worker's Adam); count the steps in this worker's own slot.
 
+With `--normalize-obs` / `--normalize-reward` (the `vector` preset), the model carries running
+statistics as buffers (`model.RunningMoments`). Acting and replay use the local copy pulled at
+the rollout's start, so both see the same normalization; after acting, the worker folds the
+rollout's observations and discounted returns into the shared statistics. Rewards are divided
+by the running std of the discounted return (as SB3's VecNormalize does), so the value targets
+have a scale near 1 whatever the env's reward scale; episode returns are logged unscaled.
+
 A rollout may cross an episode end: that environment's column is cut there (its own bootstrap)
 and its LSTM state zeroed for the next step, in acting and in replay alike. The per-step Python
 work is the env step and a few array writes; everything else happens once per rollout.
@@ -93,10 +100,13 @@ class Worker:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.num_envs = cfg.envs_per_worker
-        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg.lstm_size)
+        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
+        # Walking the module tree for parameters() costs more than a small model's update step.
+        self.params = list(self.model.parameters())
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]
         self.obs = np.zeros((self.num_envs, *env_info.obs_shape), dtype=np.float32)
         self.episode_return = np.zeros(self.num_envs)
+        self.discounted_return = np.zeros(self.num_envs)  # per env, for --normalize-reward
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self.env_errors_in_a_row = 0
         self.state = self.model.initial_state(self.num_envs)
@@ -159,7 +169,8 @@ class Worker:
 
     def collect(self) -> Rollout | None:
         """Act for one rollout with the local model; None when an env raised (the rollout is
-        dropped and that env recreated)."""
+        dropped and that env recreated). With --normalize-obs/--normalize-reward the rollout is
+        folded into the shared running statistics, and its rewards come back scaled."""
         rollout = self.rollout
         # Cloned, not referenced: acting overwrites self.state in place at episode ends.
         rollout.start_state = (self.state[0].clone(), self.state[1].clone())
@@ -171,6 +182,7 @@ class Worker:
             self._recover_env(err.env_index, err.cause)
             return None
         self.env_errors_in_a_row = 0
+        self._update_statistics(rollout)
         return rollout
 
     @torch.no_grad()
@@ -214,6 +226,26 @@ class Worker:
         if t + 1 < self.cfg.rollout_steps:
             rollout.resets[t + 1, k] = True
 
+    def _update_statistics(self, rollout: Rollout) -> None:
+        """Fold this rollout into the shared running statistics and scale its rewards with the
+        local (pulled) ones. Nothing to do for the seed's model, which has none."""
+        local = self.model
+        if local.obs_norm is None and local.return_norm is None:
+            return
+        returns = None
+        if local.return_norm is not None:
+            returns = np.empty_like(rollout.rewards, dtype=np.float64)
+            running = self.discounted_return
+            for t in range(self.cfg.rollout_steps):
+                running = running * self.cfg.gamma + rollout.rewards[t]
+                returns[t] = running
+                running = np.where(rollout.dones[t] | ~np.isfinite(running), 0.0, running)
+            self.discounted_return = running
+        self.link.merge_statistics(rollout.obs if local.obs_norm is not None else None, returns)
+        if local.return_norm is not None:
+            rollout.rewards *= local.return_norm.scale()
+            np.clip(rollout.rewards, -local.return_norm.clip, local.return_norm.clip, out=rollout.rewards)
+
     def learn(self, rollout: Rollout, phase_done: Callable[[str], None] = _no_profiling) -> bool:
         """One A3C update from `rollout`; False when it was skipped as non-finite.
         `phase_done(name)` is called after each phase (`make profile-hot-loop` times them)."""
@@ -234,13 +266,15 @@ class Worker:
             torch.from_numpy(returns).flatten(),
             value_coef=cfg.value_coef,
             entropy_coef=cfg.entropy_coef,
+            reduction=cfg.loss_reduction,
         )
         phase_done("loss")
-        # set_to_none: the previous update's gradients must not add into this one's.
-        self.model.zero_grad(set_to_none=True)
+        # None, not zeros: the previous update's gradients must not add into this one's.
+        for p in self.params:
+            p.grad = None
         loss.total.backward()
         phase_done("backward")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
         phase_done("clip")
         if not (math.isfinite(grad_norm) and math.isfinite(loss.total.item())):
             # Applying it would poison the shared weights for every worker.
@@ -248,7 +282,7 @@ class Worker:
             return False
         self.link.push(self.model)
         phase_done("push (hand-off + Adam)")
-        batch = returns.size
+        batch = returns.size if cfg.loss_reduction == "sum" else 1  # progress.csv shows per-sample losses
         self.link.record_update(
             loss.policy.item() / batch, loss.value.item() / batch, loss.entropy.item() / batch, grad_norm
         )
@@ -286,11 +320,10 @@ def run_worker(rank: int, cfg: Config, env_info: EnvInfo, link: WorkerLink, sess
 
 def worker_main(rank: int, cfg: Config, env_info: EnvInfo, links: Any, session: int, parent_pid: int) -> None:
     """Entry point of a worker process; `links` builds its link (see `shared.HogwildLinkFactory`)."""
-    from .envs import register_atari
     from .process import run_child
 
     def body() -> None:
-        register_atari()
+        # make_env registers the ALE ids when the env needs them (spawned children do not inherit them).
         run_worker(rank, cfg, env_info, links.worker_link(rank), session)
 
     run_child("worker", rank, parent_pid, body, links.report)

@@ -89,6 +89,14 @@ class ImageEnv(CountingEnv):
         self.observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
 
 
+def scaled_cartpole(scale: float = 100.0) -> gym.Env:
+    """CartPole-v1 whose every reward is multiplied by `scale`: a user's env with another reward scale."""
+    return gym.wrappers.TransformReward(gym.make("CartPole-v1"), lambda r: scale * r)
+
+
+if "ScaledCartPole-v1" not in gym.registry:
+    gym.register("ScaledCartPole-v1", entry_point=f"{__name__}:scaled_cartpole")
+
 for _name, _cls in [
     ("Counting-v0", CountingEnv),
     ("Faulty-v0", FaultyEnv),

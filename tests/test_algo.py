@@ -25,6 +25,15 @@ def test_discount_matches_slow_reference():
     np.testing.assert_allclose(discount(x, 0.9), slow_discount(x, 0.9), rtol=1e-10)
 
 
+def test_discount_equals_the_seeds_lfilter_formula():
+    import scipy.signal
+
+    rng = np.random.default_rng(1)
+    for x in (rng.normal(size=21), rng.normal(size=(7, 3)), np.zeros(0), np.array([2.5])):
+        seed = scipy.signal.lfilter([1.0], [1.0, -0.99], x[::-1], axis=0)[::-1]
+        np.testing.assert_allclose(discount(x, 0.99), seed, rtol=1e-12, atol=1e-12)
+
+
 def test_discount_hand_computed():
     np.testing.assert_allclose(discount(np.array([1.0, 2.0, 3.0]), 0.5), [1 + 1 + 0.75, 2 + 1.5, 3.0])
 

@@ -17,7 +17,7 @@ from hogwild_a3c.supervisor import InProcessChildren
 from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, load_latest, save_checkpoint
 from tests.conftest import REPO, alive, child_pids
 
-CARTPOLE = ["--env", "CartPole-v1", "--lstm-size", "16", "--no-progress", "--progress-interval", "0.5"]
+CARTPOLE = ["--env", "CartPole-v1", "--preset", "seed", "--lstm-size", "16", "--no-progress", "--progress-interval", "0.5"]
 
 
 def start_run(run_dir, *args):

@@ -18,7 +18,7 @@ def tiny_runs(tmp_path_factory):
     """Two seeds of one config and one other config, each a short serial CartPole run."""
     base = tmp_path_factory.mktemp("runs")
     runs = []
-    for name, extra in [("s1", ["--seed", "1"]), ("s2", ["--seed", "2"]), ("other", ["--seed", "1", "--lr", "1e-3"])]:
+    for name, extra in [("s1", ["--seed", "1"]), ("s2", ["--seed", "2"]), ("other", ["--seed", "1", "--lr", "3e-3"])]:
         run_dir = base / name
         assert train.main([
             "--env", "CartPole-v1", "--num-workers", "0", "--lstm-size", "16", "--max-steps", "3000",

@@ -1,0 +1,136 @@
+"""Presets: the algorithm's defaults as data, one JSON file per preset in `hogwild_a3c/presets/`.
+
+A run's settings are resolved once, before any process starts, in this order (later wins):
+
+1. the `Config` dataclass defaults: the seed's algorithm (universe-starter-agent on Atari);
+2. a preset: `--preset NAME`, or with `--preset auto` (the default) the env's own file
+   `presets/<env id>.json` if the package has one, else `seed` for Atari frames and `vector` for
+   vector observations;
+3. `--config FILE`, a user's JSON file of settings (it may name a `"preset"` to start from);
+4. the flags given on the command line.
+
+The resolved values, with the preset's name, are written to config.json, so `--resume` and
+`evaluate` reproduce them without looking at presets again. A preset file is a JSON object of
+`Config` fields from `config.PRESET_FIELDS`, plus optional `"base"` (a preset it extends) and
+`"about"` (a sentence for people). Any problem is one line naming the file or flag.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .config import PRESET_FIELDS, Config
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+META_KEYS = {"base", "about"}
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+
+
+def env_preset_name(env_id: str) -> str:
+    """The file name an env's own preset would have: its id without any `module:` prefix, with
+    characters other than letters, digits, `_.-` replaced by `_` (ALE/Pong-v5 -> ALE_Pong-v5)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", env_id.partition(":")[2] or env_id)
+
+
+def auto_preset(env_id: str) -> str:
+    """The env's own preset if there is one; else by the observation family."""
+    own = env_preset_name(env_id)
+    if (PRESET_DIR / f"{own}.json").is_file():
+        return own
+    from .envs import is_atari, _import_env_module
+
+    try:
+        return "seed" if is_atari(_import_env_module(env_id)) else "vector"
+    except Exception:  # noqa: BLE001 - an unknown id is reported by describe_env, with its own line
+        return "vector"
+
+
+_FIELD_TYPES = {f.name: f.type if isinstance(f.type, str) else f.type.__name__ for f in dataclasses.fields(Config)}
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Config)}
+
+
+def _check_values(values: dict[str, Any], allowed: set[str], where: str) -> list[str]:
+    """One line per unknown key or value of the wrong JSON type."""
+    errors = []
+    for key, value in values.items():
+        if key in META_KEYS:
+            continue
+        if key not in allowed:
+            what = "a preset may set only " + ", ".join(sorted(allowed)) if allowed is PRESET_FIELDS else "not a setting"
+            errors.append(f"{where}: unknown or disallowed key {key!r} ({what})")
+            continue
+        kind = _FIELD_TYPES[key]
+        ok = {
+            "int": isinstance(value, int) and not isinstance(value, bool),
+            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "str": isinstance(value, str),
+            "bool": isinstance(value, bool),
+            "dict": isinstance(value, dict),
+        }[kind]
+        ok = ok or (value is None and _DEFAULTS[key] is None)
+        if not ok:
+            errors.append(f"{where}: {key!r} must be a JSON {'number' if kind == 'float' else {'int': 'integer', 'str': 'string', 'bool': 'true/false', 'dict': 'object'}[kind]} (got {value!r})")
+    return errors
+
+
+def _read_json(path: Path, where: str) -> tuple[dict[str, Any], list[str]]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        return {}, [f"{where}: cannot read it ({exc.strerror or exc})"]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return {}, [f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"]
+    if not isinstance(data, dict):
+        return {}, [f"{where}: must hold a JSON object of settings (got {type(data).__name__})"]
+    return data, []
+
+
+def load_preset(name: str, _seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
+    """The settings of preset `name` with its bases applied (base first)."""
+    path = PRESET_DIR / f"{name}.json"
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not path.is_file():
+        return {}, [f"--preset {name}: no such preset (available: auto, {', '.join(available())})"]
+    if name in _seen:
+        return {}, [f"preset {name}: its \"base\" chain loops ({' -> '.join((*_seen, name))})"]
+    data, errors = _read_json(path, f"preset file {path}")
+    errors += _check_values(data, PRESET_FIELDS, f"preset file {path}")
+    values: dict[str, Any] = {}
+    if "base" in data and not errors:
+        values, errors = load_preset(str(data["base"]), (*_seen, name))
+    values.update({k: v for k, v in data.items() if k not in META_KEYS})
+    return values, errors
+
+
+def read_config_file(path: str) -> tuple[dict[str, Any], list[str]]:
+    """A user's `--config FILE`: any setting but `config` itself; keys may use - or _."""
+    where = f"--config {path}"
+    data, errors = _read_json(Path(path), where)
+    data = {str(k).replace("-", "_"): v for k, v in data.items()}
+    allowed = set(_FIELD_TYPES) - {"config"}
+    errors += _check_values({k: v for k, v in data.items() if k != "about"}, allowed, where)
+    return {k: v for k, v in data.items() if k in allowed}, errors
+
+
+def resolve(given: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Flags given on the command line -> every setting that differs from the dataclass
+    defaults, from the preset, the config file and the flags, with `preset` set to the name of
+    the preset actually applied (never "auto")."""
+    errors: list[str] = []
+    from_file: dict[str, Any] = {}
+    if given.get("config") is not None:
+        from_file, errors = read_config_file(given["config"])
+    env = given.get("env", from_file.get("env", Config.env))
+    name = given.get("preset", from_file.get("preset", "auto"))
+    if name == "auto":
+        name = auto_preset(env if isinstance(env, str) else Config.env)
+    preset_values, preset_errors = load_preset(name)
+    errors += preset_errors
+    return {**preset_values, **from_file, **given, "preset": name}, errors
