@@ -86,7 +86,7 @@ def test_evaluate_uses_the_saved_statistics(tmp_path, run_cli):
                        "--no-progress", "--run-dir", str(run_dir)]) == 0
     proc = run_cli("--episodes", "1", run_dir, module="hogwild_a3c.evaluate", timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "mean return over 1 episodes" in proc.stdout
+    assert "mean return over 1 episode:" in proc.stdout
 
 
 BAD = [
