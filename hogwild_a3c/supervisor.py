@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Callable
 
-import torch
-
 from .config import Config
 from .envs import EnvInfo, register_atari
 from .evaluator import Evaluator, evaluator_main, evaluator_seed
@@ -112,9 +110,6 @@ class ProcessChildren(_Children):
 
     def start(self) -> None:
         one_thread_per_child()
-        # This process only supervises: an idle intra-op pool spinning after each weight check
-        # would take CPU from the workers.
-        torch.set_num_threads(1)
         if self.node is not None and not self._start_syncer():
             return
         if self.cfg.eval_episodes > 0 and (self.node is None or self.node.runs_evaluator):

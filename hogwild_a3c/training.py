@@ -183,6 +183,12 @@ class Clock:
 def run_training(prepared: Prepared, argv: list[str]) -> int:
     """Train until the stop policy ends the run; returns the exit status."""
     cfg, run_dir = prepared.cfg, prepared.run_dir
+    # One thread, like every child: serial mode's worker runs here (under load a multi-thread
+    # pool made a serial Acrobot run ~40x slower), and otherwise this process only supervises,
+    # where an idle pool spinning after each weight check takes CPU from the workers. Restored at
+    # the end: from Python (a notebook) this process is the user's.
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
     model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg)
     shared = SharedState.create(model, max(1, cfg.num_workers), cfg.optimizer, cfg.lr)
@@ -314,6 +320,7 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
             bar.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        torch.set_num_threads(threads_before)
     print(f"run ended: {policy.reason} (global step {shared.global_step()}, exit {policy.exit_code})", file=sys.stderr)
     return policy.exit_code
 

@@ -28,7 +28,8 @@ def test_setup_cfg_declares_the_console_scripts_and_they_resolve_to_the_mains():
     for name, value in declared.items():
         target = importlib.metadata.EntryPoint(name, value, "console_scripts").load()
         assert callable(target) and target.__module__ == value.split(":")[0] and target.__name__ == "main"
-    assert cfg["options.package_data"]["hogwild_a3c"].strip() == "py.typed"
+    shipped = {item.strip() for item in cfg["options.package_data"]["hogwild_a3c"].split(",")}
+    assert shipped == {"py.typed", "presets/*.json"}
 
 
 def test_license_file_is_mit_and_matches_the_metadata():
@@ -61,6 +62,7 @@ def test_the_wheel_carries_license_py_typed_and_entry_points(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         assert "hogwild_a3c/py.typed" in names
+        assert {"hogwild_a3c/presets/seed.json", "hogwild_a3c/presets/vector.json"} <= set(names)
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         text = archive.read(entry_points).decode()
