@@ -87,8 +87,10 @@ class Policy:
     for each observation. Observations are what `make_env()` returns; raw Atari frames
     (210x160 grey or 210x160x3 RGB) are preprocessed as in training."""
 
-    def __init__(self, model: ActorCritic, cfg: Config, env_info: EnvInfo, checkpoint: Path):
+    def __init__(self, model: ActorCritic, cfg: Config, env_info: EnvInfo, checkpoint: Path,
+                 global_step: int | None = None):
         self.model = model.eval()
+        self.global_step = global_step  # when the checkpoint was saved
         self.cfg = cfg
         self.env_info = env_info
         self.checkpoint = checkpoint
@@ -143,9 +145,7 @@ def load_policy(path: str | Path, env: str | None = None) -> Policy:
     except (EnvSpecError, CheckpointError) as exc:
         raise PolicyError(str(exc)) from None
     model.load_state_dict(payload["model"])
-    policy = Policy(model, cfg, info, found)
-    policy.global_step = payload.get("global_step")
-    return policy
+    return Policy(model, cfg, info, found, payload.get("global_step"))
 
 
 def evaluate(path: str | Path, episodes: int = 5, greedy: bool = False, seed: int = 0,

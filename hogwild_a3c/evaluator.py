@@ -118,11 +118,10 @@ def evaluator_main(
     cfg: Config, env_info: EnvInfo, links: Any, run_dir: str, best_return: float, seed: int, parent_pid: int
 ) -> None:
     """Entry point of the evaluator process; `links` builds its link (`shared.HogwildLinkFactory`)."""
-    from .envs import register_atari
     from .process import run_child
 
     def body() -> None:
-        register_atari()
+        # make_env registers the ALE ids when the env needs them, as in the worker.
         run_evaluator(cfg, env_info, links.evaluator_link(), run_dir, best_return, seed)
 
     run_child("evaluator", 0, parent_pid, body, links.report)

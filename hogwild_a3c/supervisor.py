@@ -21,7 +21,7 @@ from enum import Enum
 from typing import Any, Callable
 
 from .config import Config
-from .envs import EnvInfo, register_atari
+from .envs import EnvInfo
 from .evaluator import Evaluator, evaluator_main, evaluator_seed
 from .messages import Message
 from .process import one_thread_per_child
@@ -277,7 +277,6 @@ class InProcessChildren(_Children):
     restarts: int = 0
 
     def start(self) -> None:
-        register_atari()
         self.reports = InProcessReports()
         links = InProcessLinkFactory(self.shared, self.reports)
         self.worker = Worker(0, self.cfg, self.env_info, links.worker_link(0), worker_seed(self.cfg.seed, 0, self.session))
