@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import REPO
 
 SCRIPTS = {
-    "hogwild-a3c-train": "hogwild_a3c.train:main",
+    "hogwild-a3c-train": "hogwild_a3c.train:command",
     "hogwild-a3c-evaluate": "hogwild_a3c.evaluate:main",
     "hogwild-a3c-plot": "hogwild_a3c.plot:main",
 }
@@ -27,7 +27,7 @@ def test_setup_cfg_declares_the_console_scripts_and_they_resolve_to_the_mains():
     assert declared == SCRIPTS
     for name, value in declared.items():
         target = importlib.metadata.EntryPoint(name, value, "console_scripts").load()
-        assert callable(target) and target.__module__ == value.split(":")[0] and target.__name__ == "main"
+        assert callable(target) and (target.__module__, target.__name__) == tuple(value.split(":"))
     shipped = {item.strip() for item in cfg["options.package_data"]["hogwild_a3c"].split(",")}
     assert shipped == {"py.typed", "presets/*.json"}
 
