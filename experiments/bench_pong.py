@@ -1,10 +1,21 @@
-"""`make bench-pong`: one Pong run (no sticky actions, the anchors' setting) until a mean
-evaluation return of +18 or the time budget; writes its curve and the time to +18.
-Long: a target to run, not part of `make test`. `ARGS='--resume RUN_DIR'` continues a run."""
+"""`make bench-pong`: Pong (no sticky actions, the anchors' setting) with the default flags until a
+mean evaluation return of +18 or the time budget, once per seed (`SEEDS="0 1 2"`, the default),
+one run after another so each has the whole machine; writes the time and steps to +18 of each
+run, their median, the throughput, the evaluator's share of env steps, and the curves.
+
+Only `--env` and `--env-kwargs repeat_action_probability=0.0` choose the algorithm: the rest of
+the command line is the harness (seed, target, budget, run dir). Evaluation runs as in any run
+(5 episodes every 60 s, in its own process) and its time is part of the wall time measured.
+Long: a target to run, not part of `make test`. `--report-only RUN_DIR...` rewrites the result
+files from finished runs; `--extra-flags` tries a variant (its results go to pong-variant.md).
+"""
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
+import statistics
 import time
 from pathlib import Path
 
@@ -16,52 +27,99 @@ from benchlib import RESULTS, RUNS, header, load_config, markdown_table, run_tra
 def main():
     config = load_config("pong")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-seconds", type=float, default=config["max_seconds"])
+    parser.add_argument("--seeds", type=int, nargs="+",
+                        default=[int(s) for s in os.environ.get("SEEDS", "").split()] or config["seeds"])
+    parser.add_argument("--max-seconds", type=float, default=config["max_seconds"], help="budget of each run")
     parser.add_argument("--num-workers", type=int, help="default: one per core")
-    parser.add_argument("--resume", type=Path, help="continue this run directory instead of starting one")
-    parser.add_argument("--report-only", type=Path, metavar="RUN_DIR", help="only write the result files for RUN_DIR")
+    parser.add_argument("--extra-flags", default="", help="flags added to every run (a variant, not the default)")
+    parser.add_argument("--report-only", type=Path, nargs="+", metavar="RUN_DIR", help="only write the result files for these runs")
     args = parser.parse_args()
+    extra = shlex.split(args.extra_flags) + (["--num-workers", args.num_workers] if args.num_workers else [])
     if args.report_only:
-        run_dir = args.report_only.resolve()
-    elif args.resume:
-        run_dir = args.resume.resolve()
-        run_trainer(["--resume", run_dir, "--max-seconds", args.max_seconds, "--no-progress"])
+        run_dirs, walls = [d.resolve() for d in args.report_only], {}
     else:
-        run_dir = RUNS / "pong" / f"{time.strftime('%Y%m%d-%H%M%S')}-s{config['seed']}"
-        extra = ["--num-workers", args.num_workers] if args.num_workers else []
-        run_trainer(["--env", config["env"], *config["flags"], *extra, "--seed", config["seed"], "--target-return",
-                     config["target_return"], "--max-seconds", args.max_seconds, "--no-progress", "--run-dir", run_dir])
-    report(Path(run_dir), config, args.max_seconds)
+        run_dirs, walls = [], {}
+        for seed in args.seeds:
+            run_dir = RUNS / "pong" / f"{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
+            started = time.monotonic()
+            run_trainer(["--env", config["env"], *config["flags"], *extra, "--seed", seed,
+                         "--target-return", config["target_return"], "--max-seconds", args.max_seconds,
+                         "--no-progress", "--run-dir", run_dir])
+            walls[run_dir] = time.monotonic() - started
+            run_dirs.append(run_dir)
+    report(run_dirs, walls, config, args.max_seconds, args.extra_flags)
 
 
-def report(run_dir: Path, config: dict, max_seconds: float) -> None:
-    from hogwild_a3c.plot import plot_runs
-
+def run_row(run_dir: Path, wall_s: float | None, target: float) -> dict:
     meta = json.loads((run_dir / "meta.json").read_text())
+    cfg = json.loads((run_dir / "config.json").read_text())
     evals = pd.read_csv(run_dir / "eval.csv")
-    per_eval = evals.groupby(["global_step", "time_s"], as_index=False)["episode_return"].mean()
-    reached = per_eval[per_eval["episode_return"] >= config["target_return"]]
+    per_eval = evals.groupby(["global_step", "time_s"], as_index=False).agg(
+        mean=("episode_return", "mean"), eval_steps=("episode_length", "sum"))
+    reached = per_eval[per_eval["mean"] >= target]
     progress = pd.read_csv(run_dir / "progress.csv")
-    row = {
+    at = reached.iloc[0] if len(reached) else None
+    # Env steps the evaluator took up to the first +18 (or the end), against the workers' steps.
+    upto = per_eval[per_eval["time_s"] <= at["time_s"]] if at is not None else per_eval
+    train_steps = int(at["global_step"]) if at is not None else int(progress["global_step"].iloc[-1])
+    eval_steps = int(upto["eval_steps"].sum())
+    return {
         "run": run_dir.name,
-        "workers": json.loads((run_dir / "config.json").read_text())["num_workers"],
-        "hours_run": progress["time_s"].iloc[-1] / 3600,
-        "steps": int(progress["global_step"].iloc[-1]),
+        "preset": cfg.get("preset", "-"),
+        "K": cfg["envs_per_worker"], "T": cfg["rollout_steps"], "lr": cfg["lr"],
+        "workers": cfg["num_workers"],
+        "minutes_to_+18": float(at["time_s"] / 60) if at is not None else "not reached",
+        "steps_to_+18": int(at["global_step"]) if at is not None else "not reached",
         "median_steps_per_s": float(progress["steps_per_s"].median()),
-        "best_eval_mean": float(per_eval["episode_return"].max()) if len(per_eval) else float("nan"),
-        "last_eval_mean": float(per_eval["episode_return"].iloc[-1]) if len(per_eval) else float("nan"),
-        "hours_to_+18": float(reached["time_s"].iloc[0] / 3600) if len(reached) else "not reached",
-        "steps_to_+18": int(reached["global_step"].iloc[0]) if len(reached) else "not reached",
+        "eval_share_of_env_steps": eval_steps / max(1, eval_steps + train_steps),
+        "evaluations": len(upto),
+        "best_eval_mean": float(per_eval["mean"].max()) if len(per_eval) else float("nan"),
+        "minutes_run": float(progress["time_s"].iloc[-1] / 60),
+        "budget_min": float(cfg["max_seconds"] / 60) if cfg.get("max_seconds") else "-",
+        "start_and_stop_s": wall_s - float(progress["time_s"].iloc[-1]) if wall_s else "-",
         "ended": meta["sessions"][-1]["ended"],
     }
+
+
+def report(run_dirs: list[Path], walls: dict, config: dict, max_seconds: float, extra_flags: str) -> None:
+    from hogwild_a3c.plot import plot_runs
+
+    rows = [run_row(d, walls.get(d), config["target_return"]) for d in run_dirs]
+    reached = [r for r in rows if r["ended"] == "target_return" and isinstance(r["minutes_to_+18"], float)]
+    summary = {
+        "runs": len(rows),
+        "reached_+18": len(reached),
+        # A run that missed counts as slower than every run that reached it.
+        "median_minutes_to_+18": _median_with_misses([r["minutes_to_+18"] for r in rows]),
+        "median_steps_to_+18": _median_with_misses([r["steps_to_+18"] for r in rows]),
+        "median_steps_per_s": statistics.median(r["median_steps_per_s"] for r in rows),
+        "median_eval_share": statistics.median(r["eval_share_of_env_steps"] for r in rows),
+    }
+    name = "pong-variant" if extra_flags else "pong"
     RESULTS.mkdir(parents=True, exist_ok=True)
-    plot_runs([run_dir], RESULTS / "pong.png", "Pong (no sticky actions): evaluation return")
-    text = header("Pong to a mean evaluation return of +18", "make bench-pong",
-                  {"flags": " ".join(config["flags"]), "budget": f"{max_seconds:g} s of run time in all",
-                   "sessions": "; ".join(f"{s['start']} -> {s['end']}: {s['ended']}" for s in meta["sessions"])})
-    text += "\n" + markdown_table([row], list(row)) + "\n![Pong curve](pong.png)\n"
-    (RESULTS / "pong.md").write_text(text)
+    plot_runs(run_dirs, RESULTS / f"{name}.png", "Pong (no sticky actions): evaluation return",
+              labels=[r["run"] for r in rows])
+    text = header("Pong to a mean evaluation return of +18, default flags" if not extra_flags else
+                  f"Pong to +18, variant: {extra_flags}", "make bench-pong" + (f" ARGS='--extra-flags \"{extra_flags}\"'" if extra_flags else ""),
+                  {"algorithm flags": " ".join(["--env", config["env"], *config["flags"], extra_flags]).strip(),
+                   "harness flags": "--seed S --target-return 18 --max-seconds B --no-progress --run-dir DIR",
+                   "budget": "budget_min per run (the run's --max-seconds)",
+                   "wall time": "minutes_to_+18 is the trainer's clock at the first evaluation whose 5-episode mean "
+                                "reached +18 (evaluation in its own process, sharing the cores); start_and_stop_s is the "
+                                "rest of the command's wall time (imports, start-up, final checkpoint)"})
+    text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table([summary], list(summary))
+    text += f"\n![Pong curves]({name}.png)\n"
+    (RESULTS / f"{name}.md").write_text(text)
     print(text)
+
+
+def _median_with_misses(values: list) -> float | str:
+    ranked = sorted(values, key=lambda v: (isinstance(v, str), v if not isinstance(v, str) else 0))
+    middle = ranked[(len(ranked) - 1) // 2] if len(ranked) % 2 else None
+    if middle is not None:
+        return middle
+    a, b = ranked[len(ranked) // 2 - 1], ranked[len(ranked) // 2]
+    return (a + b) / 2 if not isinstance(a, str) and not isinstance(b, str) else "not reached"
 
 
 if __name__ == "__main__":

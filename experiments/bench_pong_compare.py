@@ -1,9 +1,10 @@
 """`make bench-pong-compare`: one Pong configuration and seed run under several variants, each to
 the same number of agent steps, and their learning curves drawn side by side against steps.
 
-The variants live in experiments/configs/pong_compare.json: this checkout with one env per
-worker (K=1), with eight (K=8), and the trainer as it was before the speed work, run from a
-temporary git worktree of that commit. Hogwild runs are not repeatable step for step even with
+The variants live in experiments/configs/pong_compare.json: the seed's exact algorithm
+(`--preset seed`: K=1, 20-step rollouts, Adam 1e-4) and the default (`atari` preset); a variant
+may name a `commit`, run from a temporary git worktree of that commit. Each figure has the curves
+against agent steps (sample efficiency) and against wall time (what a user waits). Hogwild runs are not repeatable step for step even with
 one seed (the workers' interleaving differs), so the comparison is of curves, not of numbers.
 
 A variant whose run directory already holds a finished run is not run again (`--rerun` forces it),
@@ -112,7 +113,7 @@ def main():
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    text = header("Pong learning curves side by side: before the speed work, K=1, K=8", "make bench-pong-compare",
+    text = header("Pong learning curves side by side: " + ", ".join(names), "make bench-pong-compare",
                   {"flags (all variants)": " ".join(config["flags"]), "seed": config["seed"],
                    "steps": f"{args.max_steps:,} agent steps each",
                    "variants": "; ".join(f"{v['name']}: {v.get('commit', 'this checkout')} {' '.join(v['flags'])}".strip()

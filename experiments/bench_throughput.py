@@ -25,7 +25,7 @@ from benchlib import RESULTS, RUNS, header, load_config, markdown_table, run_tra
 import pandas as pd
 
 
-def _raw_env_process(env_id, env_kwargs, envs, seconds, warmup, barrier, out):
+def _raw_env_process(env_id, env_kwargs, envs, preset, seconds, warmup, barrier, out):
     import torch
 
     torch.set_num_threads(1)
@@ -52,19 +52,20 @@ def _raw_env_process(env_id, env_kwargs, envs, seconds, warmup, barrier, out):
     out.put(run_for(seconds))
 
 
-def _acting_process(env_id, env_kwargs, envs, seconds, warmup, barrier, out, rank):
+def _acting_process(env_id, env_kwargs, envs, preset, seconds, warmup, barrier, out, rank):
     import torch
 
     torch.set_num_threads(1)
     from hogwild_a3c.config import Config
     from hogwild_a3c.envs import describe_env, register_atari
     from hogwild_a3c.model import build_model
+    from hogwild_a3c.presets import load_preset
     from hogwild_a3c.reports import InProcessReports
     from hogwild_a3c.shared import HogwildLink, SharedState
     from hogwild_a3c.worker import Worker
 
     register_atari()
-    cfg = Config(env=env_id, env_kwargs=env_kwargs, envs_per_worker=envs)
+    cfg = Config(**{**load_preset(preset)[0], "env": env_id, "env_kwargs": env_kwargs, "envs_per_worker": envs})
     info = describe_env(env_id, env_kwargs)
     shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, "adam", 1e-4)
     reports = InProcessReports()
@@ -107,9 +108,9 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False):
+def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False, preset="seed"):
     run_dir = RUNS / "throughput" / f"{tag}-w{workers}-k{envs}-{int(time.time() * 1000)}"
-    args = ["--env", env_id, "--num-workers", workers, "--envs-per-worker", envs, "--no-progress",
+    args = ["--env", env_id, "--preset", preset, "--num-workers", workers, "--envs-per-worker", envs, "--no-progress",
             "--progress-interval", 1, "--max-seconds", seconds + warmup + 15, "--run-dir", run_dir]
     if env_kwargs:
         args += ["--env-kwargs", *env_kwargs]
@@ -148,6 +149,10 @@ def main():
     parser.add_argument("--warmup", type=float, default=config["warmup_seconds"])
     parser.add_argument("--repeats", type=int, default=config["repeats"])
     parser.add_argument("--tag", default="", help="suffix of the result files, e.g. 'before'")
+    parser.add_argument("--preset", default="seed",
+                        help="the trainer's preset (default: the seed's algorithm, 20-step rollouts, as in older results; "
+                             "`atari` is the Atari default, 10-step rollouts)")
+    parser.add_argument("--trainer-only", action="store_true", help="skip the raw-env and acting references (e.g. for an older commit)")
     parser.add_argument("--no-evaluator-check", action="store_true", help="skip the 25 s measurement of the idle evaluator's CPU")
     args = parser.parse_args()
     workers_list = args.workers or list(range(1, (os.cpu_count() or 1) + 1))
@@ -160,18 +165,23 @@ def main():
         for workers in workers_list:
             raw, acting, trainer, rss = [], [], [], []
             for repeat in range(args.repeats):
-                raw.append(measure_processes(_raw_env_process, workers, (env_id, kwargs, envs, args.seconds, args.warmup)))
-                acting.append(measure_processes(_acting_process, workers, (env_id, kwargs, envs, args.seconds, args.warmup)))
-                rate, mem, _ = measure_trainer(env_id, env_kwargs, workers, envs, args.seconds, args.warmup, f"r{repeat}")
+                if not args.trainer_only:
+                    reference = (env_id, kwargs, envs, args.preset, args.seconds, args.warmup)
+                    raw.append(measure_processes(_raw_env_process, workers, reference))
+                    acting.append(measure_processes(_acting_process, workers, reference))
+                rate, mem, _ = measure_trainer(env_id, env_kwargs, workers, envs, args.seconds, args.warmup, f"r{repeat}",
+                                               preset=args.preset)
                 trainer.append(rate)
                 rss.append(mem)
-                print(f"workers {workers} envs/worker {envs} repeat {repeat}: raw {raw[-1]:.0f} acting {acting[-1]:.0f} trainer {trainer[-1]:.0f} steps/s", flush=True)
-            row = {
-                "workers": workers, "envs_per_worker": envs,
-                "raw_env_steps_per_s": statistics.median(raw), "acting_steps_per_s": statistics.median(acting),
-                "trainer_steps_per_s": statistics.median(trainer),
+                print(f"workers {workers} envs/worker {envs} repeat {repeat}: trainer {trainer[-1]:.0f} steps/s", flush=True)
+            references = {} if args.trainer_only else {
+                "raw_env_steps_per_s": statistics.median(raw), "acting_steps_per_s": statistics.median(acting)}
+            ratios = {} if args.trainer_only else {
                 "trainer_over_acting": statistics.median(t / a for t, a in zip(trainer, acting)),
-                "trainer_over_raw": statistics.median(t / r for t, r in zip(trainer, raw)),
+                "trainer_over_raw": statistics.median(t / r for t, r in zip(trainer, raw))}
+            row = {
+                "workers": workers, "preset": args.preset, "envs_per_worker": envs, **references,
+                "trainer_steps_per_s": statistics.median(trainer), **ratios,
                 "worker_rss_mb": statistics.median(rss), "repeats": args.repeats,
             }
             rows.append(row)

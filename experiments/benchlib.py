@@ -48,7 +48,9 @@ def header(title: str, command: str, extra: dict | None = None) -> str:
 
 def markdown_table(rows: list[dict], columns: list[str]) -> str:
     def fmt(v):
-        return f"{v:.3g}" if isinstance(v, float) and abs(v) < 10 else (f"{v:,.0f}" if isinstance(v, float) else str(v))
+        if not isinstance(v, float):
+            return str(v)
+        return f"{v:.3g}" if abs(v) < 10 else f"{v:,.1f}" if abs(v) < 1000 else f"{v:,.0f}"
 
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     out += ["| " + " | ".join(fmt(row[c]) for c in columns) + " |" for row in rows]

@@ -37,14 +37,14 @@ class Config:
         None, "extra keyword arguments for gymnasium.make, as KEY=VALUE (VALUE a Python literal)", nargs="*"
     )
     # Where the defaults below come from (see hogwild_a3c/presets/ and README "Presets")
-    preset: str = _opt("auto", "settings to start from: auto picks by env (the env's own preset file if the package has one, else `seed` for Atari frames and `vector` for vector observations); or a preset name: seed, vector, ...; --config and flags override it")
+    preset: str = _opt("auto", "settings to start from: auto picks by env (the env's own preset file if the package has one, else `atari` for Atari frames and `vector` for vector observations); or a preset name: atari, seed, vector, ...; --config and flags override it")
     config: str | None = _opt(None, experiment=False, help="a JSON file of settings (keys are flag names with _ or -, e.g. {\"lr\": 0.001}); it may name a \"preset\" to start from; flags override it")
     frame: str = _opt("fast", "how Atari frames become grey: fast = ALE's luminance greyscale; seed = the mean of the "
                       "RGB channels, as the seed's _process_frame42 (about 35 us more per frame); other envs ignore it",
                       choices=["fast", "seed"])
     # Processes
     num_workers: int | None = _opt(None, "worker processes; 0 runs one worker in the main process (serial, repeatable); default: one per core", resumable=True)
-    envs_per_worker: int = _opt(1, "environments each worker steps, acting on them as one batch; a worker then updates once per envs x rollout steps, so raise --lr with it (Pong, 8 envs: 4e-4)")
+    envs_per_worker: int = _opt(1, "environments each worker steps, acting on them as one batch; a worker then updates once per envs x rollout steps, so raise --lr with it (the atari preset: 8 envs, 10 steps, 4e-4)")
     seed: int = _opt(0, "seed of the model initialisation, the workers and the environments", experiment=False)
     start_method: str = _run("spawn", "how children start (fork is unsafe with a warm OpenMP pool)", choices=["spawn", "forkserver"])
     sync_interval: float = _run(1.0, "multi-node runs (under torchrun): seconds between syncs of the nodes' models "
@@ -172,7 +172,7 @@ HELP_GROUPS = {
     "num_workers": "processes",
     "sync_interval": "several machines (under torchrun; see the README)",
     "max_steps": "budgets (a run stops at the first one reached)",
-    "rollout_steps": "algorithm (the seed's values)",
+    "rollout_steps": "algorithm (defaults shown are the seed's; --preset auto replaces them: atari on Atari frames, vector on flat observations)",
     "eval_interval": "evaluation, logging and the run directory",
     "max_worker_restarts": "faults",
 }

@@ -4,7 +4,7 @@ A run's settings are resolved once, before any process starts, in this order (la
 
 1. the `Config` dataclass defaults: the seed's algorithm (universe-starter-agent on Atari);
 2. a preset: `--preset NAME`, or with `--preset auto` (the default) the env's own file
-   `presets/<env id>.json` if the package has one, else `seed` for Atari frames and `vector` for
+   `presets/<env id>.json` if the package has one, else `atari` for Atari frames and `vector` for
    vector observations;
 3. `--config FILE`, a user's JSON file of settings (it may name a `"preset"` to start from);
 4. the flags given on the command line.
@@ -46,7 +46,7 @@ def auto_preset(env_id: str) -> str:
     from .envs import is_atari, _import_env_module
 
     try:
-        return "seed" if is_atari(_import_env_module(env_id)) else "vector"
+        return "atari" if is_atari(_import_env_module(env_id)) else "vector"
     except Exception:  # noqa: BLE001 - an unknown id is reported by describe_env, with its own line
         return "vector"
 

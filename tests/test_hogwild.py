@@ -5,7 +5,7 @@ import torch
 
 from hogwild_a3c.model import ActorCritic
 from hogwild_a3c.reports import InProcessReports
-from hogwild_a3c.shared import HogwildLink, SharedState, adam_over, copy_weights, hand_over_gradients, new_adam_state
+from hogwild_a3c.shared import HogwildLink, SharedState, SharedAdam, copy_weights, hand_over_gradients, new_adam_state
 
 
 def _loss(model):
@@ -46,16 +46,16 @@ def test_adam_statistics_live_in_the_given_shared_tensors():
     state = new_adam_state(model)
     reference_model = ActorCritic((3,), 2, lstm_size=8)
     reference_model.load_state_dict(model.state_dict())
-    ours = adam_over(list(model.parameters()), state, lr=0.01)
+    ours = SharedAdam(list(model.parameters()), state, lr=0.01)
     reference = torch.optim.Adam(reference_model.parameters(), lr=0.01)
-    for _ in range(3):
+    for _ in range(5):
         for m, opt in [(model, ours), (reference_model, reference)]:
             opt.zero_grad()
             _loss(m).backward()
             opt.step()
     for p, q in zip(model.parameters(), reference_model.parameters()):
         torch.testing.assert_close(p, q)
-    assert torch.all(state["step"] == 3)
+    assert torch.all(state["step"] == 5)
     assert all(t.abs().sum() > 0 for t in state["exp_avg_sq"])
 
 
@@ -84,3 +84,26 @@ def test_a_spawned_childs_update_is_seen_by_the_parent():
     # The child's Adam wrote its statistics into its own shared slot, not the other worker's.
     assert torch.all(shared.optimizer_states[1]["step"] == 1)
     assert torch.all(shared.optimizer_states[0]["step"] == 0)
+
+
+def test_a_workers_update_does_not_import_torch_dynamo():
+    # Any torch.optim optimizer imports torch._dynamo (1-1.8 s per process here), which used to
+    # be most of a worker's start-up on classic control; the link's Adam must not.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from tests.test_hogwild import _child_pushes_one_update\n"
+        "from hogwild_a3c.model import ActorCritic\n"
+        "from hogwild_a3c.shared import SharedState\n"
+        "shared = SharedState.create(ActorCritic((3,), 2, lstm_size=8), 2, 'adam', 1e-3)\n"
+        "_child_pushes_one_update(shared.for_child(1))\n"
+        "assert torch.all(shared.optimizer_states[1]['step'] == 1)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    from tests.conftest import REPO
+
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

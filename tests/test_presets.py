@@ -21,11 +21,17 @@ def resolved(**given):
     return resolve_new({"num_workers": 1, **given})
 
 
-def test_atari_frames_keep_the_seeds_defaults_exactly():
+def test_atari_frames_get_the_seeds_model_and_loss_with_the_atari_batching():
     cfg = resolved(env="ALE/Pong-v5")
-    assert cfg.preset == "seed"
+    assert cfg.preset == "atari"
+    tuned = {"envs_per_worker": 8, "rollout_steps": 10, "lr": 4e-4}
+    assert {name: getattr(cfg, name) for name in PRESET_FIELDS} == {**SEED_VALUES, **tuned}
+    assert resolved().preset == "atari"  # the default env is Pong
+
+
+def test_preset_seed_on_atari_is_the_seeds_algorithm_exactly():
+    cfg = resolved(env="ALE/Pong-v5", preset="seed")
     assert {name: getattr(cfg, name) for name in PRESET_FIELDS} == SEED_VALUES
-    assert resolved().preset == "seed"  # the default env is Pong
 
 
 def test_the_seed_preset_file_says_what_the_defaults_are():
@@ -57,7 +63,7 @@ def test_config_file_overrides_the_preset_and_flags_override_the_file(tmp_path):
 
 
 def test_every_preset_file_loads():
-    assert {"seed", "vector"} <= set(available())
+    assert {"atari", "seed", "vector"} <= set(available())
     for name in available():
         values, errors = load_preset(name)
         assert not errors, errors
