@@ -151,6 +151,8 @@ def render(rows: list[dict], notes: list[str], config: dict, seeds: list[int], f
     for env in dict.fromkeys(r["env"] for r in rows):
         for agent in ("hogwild_a3c", "sb3_a2c"):
             runs = [r for r in rows if r["env"] == env and r["agent"] == agent]
+            if not runs:  # the table is written after every run, before each agent has one
+                continue
             done = [r for r in runs if r["reached"]]
             # A seed that never reached the target counts as the budget (so the median is honest).
             budget = next(s["budget_s"] for s in config["envs"] if s["env"] == env)
