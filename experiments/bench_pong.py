@@ -42,12 +42,18 @@ def main():
         for seed in args.seeds:
             run_dir = RUNS / "pong" / f"{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
             started = time.monotonic()
-            run_trainer(["--env", config["env"], *config["flags"], *extra, "--seed", seed,
+            code = run_trainer(["--env", config["env"], *config["flags"], *extra, "--seed", seed,
                          "--target-return", config["target_return"], "--max-seconds", args.max_seconds,
                          "--no-progress", "--run-dir", run_dir])
             walls[run_dir] = time.monotonic() - started
+            if code != 0 or not (run_dir / "progress.csv").is_file():
+                # A failed run is reported, not counted as a miss: its time says nothing about learning.
+                print(f"run for seed {seed} failed (exit {code}); see {run_dir}", flush=True)
+                continue
             run_dirs.append(run_dir)
-    report(run_dirs, walls, config, args.max_seconds, args.extra_flags)
+    if not run_dirs:
+        raise SystemExit("error: no run finished; nothing to report")
+    report(run_dirs, walls, config, args.extra_flags)
 
 
 def run_row(run_dir: Path, wall_s: float | None, target: float) -> dict:
@@ -81,11 +87,11 @@ def run_row(run_dir: Path, wall_s: float | None, target: float) -> dict:
     }
 
 
-def report(run_dirs: list[Path], walls: dict, config: dict, max_seconds: float, extra_flags: str) -> None:
+def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str) -> None:
     from hogwild_a3c.plot import plot_runs
 
     rows = [run_row(d, walls.get(d), config["target_return"]) for d in run_dirs]
-    reached = [r for r in rows if r["ended"] == "target_return" and isinstance(r["minutes_to_+18"], float)]
+    reached = [r for r in rows if isinstance(r["minutes_to_+18"], float)]
     summary = {
         "runs": len(rows),
         "reached_+18": len(reached),

@@ -8,7 +8,7 @@ against agent steps (sample efficiency) and against wall time (what a user waits
 one seed (the workers' interleaving differs), so the comparison is of curves, not of numbers.
 
 A variant whose run directory already holds a finished run is not run again (`--rerun` forces it),
-so the variants can be run one at a time: `ARGS='--variants K=8'`.
+so the variants can be run one at a time: `ARGS='--variants default'`.
 Writes experiments/results/pong_compare.{md,csv,png}.
 """
 from __future__ import annotations

@@ -144,7 +144,7 @@ def main():
     config = load_config("throughput")
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="*", help="worker counts (default: 1..cores)")
-    parser.add_argument("--envs-per-worker", type=int, nargs="*", default=config["envs_per_worker"])
+    parser.add_argument("--envs-per-worker", type=int, nargs="*", help="default: the preset's (seed: 1)")
     parser.add_argument("--seconds", type=float, default=config["seconds_per_measurement"])
     parser.add_argument("--warmup", type=float, default=config["warmup_seconds"])
     parser.add_argument("--repeats", type=int, default=config["repeats"])
@@ -156,6 +156,10 @@ def main():
     parser.add_argument("--no-evaluator-check", action="store_true", help="skip the 25 s measurement of the idle evaluator's CPU")
     args = parser.parse_args()
     workers_list = args.workers or list(range(1, (os.cpu_count() or 1) + 1))
+    if not args.envs_per_worker:
+        from hogwild_a3c.presets import load_preset
+
+        args.envs_per_worker = [load_preset(args.preset)[0].get("envs_per_worker", 1)]
     env_id, env_kwargs = config["env"], config["env_kwargs"]
     from hogwild_a3c.envs import parse_env_kwargs
 

@@ -18,7 +18,8 @@ from benchlib import load_config
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=200)
-    parser.add_argument("--envs-per-worker", type=int, default=1)
+    parser.add_argument("--preset", default="seed", help="the settings to profile (default: the seed's; `atari` is the Atari default)")
+    parser.add_argument("--envs-per-worker", type=int, help="default: the preset's")
     args = parser.parse_args()
 
     from hogwild_a3c.process import one_thread_per_child
@@ -36,7 +37,11 @@ def main():
 
     register_atari()
     config = load_config("throughput")
-    cfg = Config(env=config["env"], env_kwargs=parse_env_kwargs(config["env_kwargs"]), envs_per_worker=args.envs_per_worker)
+    from hogwild_a3c.presets import load_preset
+
+    preset = load_preset(args.preset)[0]
+    cfg = Config(**{**preset, "env": config["env"], "env_kwargs": parse_env_kwargs(config["env_kwargs"]),
+                    "envs_per_worker": args.envs_per_worker or preset.get("envs_per_worker", 1)})
     info = describe_env(cfg.env, cfg.env_kwargs)
     shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, "adam", cfg.lr)
     reports = InProcessReports()
@@ -56,7 +61,7 @@ def main():
                 times.setdefault(name, []).append((after - before) * 1e3)
     medians = {name: statistics.median(values) for name, values in times.items()}
     total = sum(medians.values())
-    print(f"median ms per rollout over {args.rollouts} rollouts, K={args.envs_per_worker}:")
+    print(f"median ms per rollout over {args.rollouts} rollouts, K={cfg.envs_per_worker}, T={cfg.rollout_steps} ({args.preset}):")
     for name, ms in medians.items():
         print(f"  {name:32s} {ms:7.2f} ms  {100 * ms / total:5.1f}%")
     act = next(ms for name, ms in medians.items() if name.startswith("act"))

@@ -12,11 +12,13 @@ import sys
 import types
 
 EXIT_USAGE, EXIT_SIGINT = 2, 130
-_interrupted_while_importing = False
+_interrupted_before_the_run = False
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _interrupted_before_the_run
     argv = list(sys.argv[1:] if argv is None else argv)
+    running = False  # run_training has begun: from here files are open and must be flushed
     try:
         from .logs import CsvSchemaError
         from .rundir import ConfigError
@@ -29,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {line}", file=sys.stderr)
             return EXIT_USAGE
         try:
+            running = True
             return run_training(prepared, argv)
         except CsvSchemaError as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -36,8 +39,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             prepared.lock.release()
     except KeyboardInterrupt:
-        global _interrupted_while_importing
-        _interrupted_while_importing = True
+        _interrupted_before_the_run = not running
         print("interrupted before training started; nothing was trained", file=sys.stderr)
         return EXIT_SIGINT
 
@@ -45,11 +47,12 @@ def main(argv: list[str] | None = None) -> int:
 def command() -> None:
     """The shell entry point (`python -m` and the console script)."""
     code = main()
-    if _interrupted_while_importing:
+    if _interrupted_before_the_run:
         # A KeyboardInterrupt that passed through a C extension's PyRun_String while torch was
         # importing leaves CPython's "unhandled KeyboardInterrupt" flag set even though main()
         # caught it, and the interpreter would then kill itself with SIGINT at exit (status -2,
-        # seen about 1 run in 15). Nothing was started yet, so skip the finalizer.
+        # seen about 1 run in 15). No run had begun (prepare writes only whole files), so
+        # skipping the finalizer loses nothing.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -59,6 +59,24 @@ def test_adam_statistics_live_in_the_given_shared_tensors():
     assert all(t.abs().sum() > 0 for t in state["exp_avg_sq"])
 
 
+def test_shared_adam_leaves_a_parameter_without_gradient_alone_as_torch_does():
+    torch.manual_seed(0)
+    model = ActorCritic((3,), 2, lstm_size=8)
+    reference_model = ActorCritic((3,), 2, lstm_size=8)
+    reference_model.load_state_dict(model.state_dict())
+    state = new_adam_state(model)
+    ours = SharedAdam(list(model.parameters()), state, lr=0.01)
+    reference = torch.optim.Adam(reference_model.parameters(), lr=0.01, fused=True)
+    for m, opt in [(model, ours), (reference_model, reference)]:
+        opt.zero_grad()
+        _loss(m).backward()
+        next(m.parameters()).grad = None  # e.g. a head the loss did not reach
+        opt.step()
+    for p, q in zip(model.parameters(), reference_model.parameters()):
+        torch.testing.assert_close(p, q)
+    assert state["step"][0] == 0 and torch.all(state["step"][1:] == 1)
+
+
 def _child_pushes_one_update(shared: SharedState) -> None:
     torch.set_num_threads(1)
     link = HogwildLink(shared, 1, InProcessReports())
