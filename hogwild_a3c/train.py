@@ -8,51 +8,63 @@ failure, 2 on bad input, 130 after SIGINT, 143 after SIGTERM.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import types
 
 EXIT_USAGE, EXIT_SIGINT = 2, 130
-_interrupted_before_the_run = False
 
 
 def main(argv: list[str] | None = None) -> int:
-    global _interrupted_before_the_run
+    return _train(argv)[0]
+
+
+def _train(argv: list[str] | None) -> tuple[int, bool]:
+    """The exit status, and whether Ctrl-C came before the run began."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    running = False  # run_training has begun: from here files are open and must be flushed
+    # Until the run begins, Ctrl-C is only recorded and acted on between steps: a KeyboardInterrupt
+    # raised inside a C extension's import can surface as an unrelated error (a TypeError out of
+    # `_ssl` was seen here) or leave CPython's "unhandled KeyboardInterrupt" flag set.
+    pressed: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: pressed.append(signum))
+    prepared = None
     try:
         from .logs import CsvSchemaError
         from .rundir import ConfigError
         from .training import prepare, run_training
 
-        try:
+        if not pressed:
             prepared = prepare(argv)
-        except ConfigError as exc:
-            for line in exc.errors:
-                print(f"error: {line}", file=sys.stderr)
-            return EXIT_USAGE
-        try:
-            running = True
-            return run_training(prepared, argv)
-        except CsvSchemaError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        finally:
+    except ConfigError as exc:
+        for line in exc.errors:
+            print(f"error: {line}", file=sys.stderr)
+        return EXIT_USAGE, False
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        if prepared is not None:
             prepared.lock.release()
-    except KeyboardInterrupt:
-        _interrupted_before_the_run = not running
         print("interrupted before training started; nothing was trained", file=sys.stderr)
-        return EXIT_SIGINT
+        return EXIT_SIGINT, True
+    try:
+        return run_training(prepared, argv), False
+    except CsvSchemaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE, False
+    except KeyboardInterrupt:  # before run_training put in its own handlers
+        print("interrupted before training started; nothing was trained", file=sys.stderr)
+        return EXIT_SIGINT, False
+    finally:
+        prepared.lock.release()
 
 
 def command() -> None:
     """The shell entry point (`python -m` and the console script)."""
-    code = main()
-    if _interrupted_before_the_run:
-        # A KeyboardInterrupt that passed through a C extension's PyRun_String while torch was
-        # importing leaves CPython's "unhandled KeyboardInterrupt" flag set even though main()
-        # caught it, and the interpreter would then kill itself with SIGINT at exit (status -2,
-        # seen about 1 run in 15). No run had begun (prepare writes only whole files), so
-        # skipping the finalizer loses nothing.
+    code, interrupted_before_the_run = _train(None)
+    if interrupted_before_the_run:
+        # Nothing was started. A Ctrl-C that reached the interpreter before our handler (while a C
+        # extension ran Python code) could have left CPython's "unhandled KeyboardInterrupt" flag
+        # set, which makes it kill itself with SIGINT at exit (status -2): skip the finalizer.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
