@@ -7,13 +7,15 @@ Only `--env` and `--env-kwargs repeat_action_probability=0.0` choose the algorit
 the command line is the harness (seed, target, budget, run dir). Evaluation runs as in any run
 (5 episodes every 60 s, in its own process) and its time is part of the wall time measured.
 Long: a target to run, not part of `make test`. `--report-only RUN_DIR...` rewrites the result
-files from finished runs; `--extra-flags` tries a variant (its results go to pong-variant.md).
+files from finished runs; `--extra-flags` tries a variant (its results go to pong-variant.md, or
+to `--out NAME`.md so that one variant's table does not replace another's).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shlex
 import statistics
 import time
@@ -33,7 +35,11 @@ def main():
     parser.add_argument("--num-workers", type=int, help="default: one per core")
     parser.add_argument("--extra-flags", default="", help="flags added to every run (a variant, not the default)")
     parser.add_argument("--report-only", type=Path, nargs="+", metavar="RUN_DIR", help="only write the result files for these runs")
+    parser.add_argument("--out", help="name of the result files under experiments/results (default: pong, or pong-variant with --extra-flags)")
     args = parser.parse_args()
+    if args.out is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.out):
+        parser.error(f"--out {args.out!r}: a file name of letters, digits, '.', '_' or '-' (it becomes NAME.md and NAME.png)")
+    name = args.out or ("pong-variant" if args.extra_flags else "pong")
     extra = shlex.split(args.extra_flags) + (["--num-workers", args.num_workers] if args.num_workers else [])
     if args.report_only:
         run_dirs, walls = [d.resolve() for d in args.report_only], {}
@@ -53,7 +59,7 @@ def main():
             run_dirs.append(run_dir)
     if not run_dirs:
         raise SystemExit("error: no run finished; nothing to report")
-    report(run_dirs, walls, config, args.extra_flags)
+    report(run_dirs, walls, config, args.extra_flags, name)
 
 
 def run_row(run_dir: Path, wall_s: float | None, target: float) -> dict:
@@ -87,7 +93,7 @@ def run_row(run_dir: Path, wall_s: float | None, target: float) -> dict:
     }
 
 
-def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str) -> None:
+def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, name: str) -> None:
     from hogwild_a3c.plot import plot_runs
 
     rows = [run_row(d, walls.get(d), config["target_return"]) for d in run_dirs]
@@ -101,12 +107,11 @@ def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str) ->
         "median_steps_per_s": statistics.median(r["median_steps_per_s"] for r in rows),
         "median_eval_share": statistics.median(r["eval_share_of_env_steps"] for r in rows),
     }
-    name = "pong-variant" if extra_flags else "pong"
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot_runs(run_dirs, RESULTS / f"{name}.png", "Pong (no sticky actions): evaluation return",
               labels=[r["run"] for r in rows])
     text = header("Pong to a mean evaluation return of +18, default flags" if not extra_flags else
-                  f"Pong to +18, variant: {extra_flags}", "make bench-pong" + (f" ARGS='--extra-flags \"{extra_flags}\"'" if extra_flags else ""),
+                  f"Pong to +18, variant: {extra_flags}", "make bench-pong" + (f" ARGS='--extra-flags \"{extra_flags}\" --out {name}'" if extra_flags else ""),
                   {"algorithm flags": " ".join(["--env", config["env"], *config["flags"], extra_flags]).strip(),
                    "harness flags": "--seed S --target-return 18 --max-seconds B --no-progress --run-dir DIR",
                    "budget": "budget_min per run (the run's --max-seconds)",
