@@ -28,7 +28,7 @@ from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env
 from .messages import ChildRaised, EpisodeEnded, Evaluated, Message
 from .model import build_model
 from .nodes import Node
-from .process import rss_mb
+from .process import flush_denormals, rss_mb
 from .recorder import Recorder
 from .rundir import (ConfigError, RunDirLock, check_new_location, check_same_experiment, default_run_dir, make_run_dir,
                      read_meta, resolve_new, resolve_resume)
@@ -189,6 +189,7 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
     # the end: from Python (a notebook) this process is the user's.
     threads_before = torch.get_num_threads()
     torch.set_num_threads(1)
+    denormals_flushed_before = flush_denormals()  # as in every child: serial mode learns here
     torch.manual_seed(cfg.seed)
     model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg)
     shared = SharedState.create(model, max(1, cfg.num_workers), cfg.optimizer, cfg.lr)
@@ -321,6 +322,7 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         torch.set_num_threads(threads_before)
+        flush_denormals(denormals_flushed_before)
     print(f"run ended: {policy.reason} (global step {shared.global_step()}, exit {policy.exit_code})", file=sys.stderr)
     return policy.exit_code
 

@@ -4,6 +4,7 @@ import multiprocessing as mp
 import torch
 
 from hogwild_a3c.model import ActorCritic
+from hogwild_a3c.process import flush_denormals, run_child
 from hogwild_a3c.reports import InProcessReports
 from hogwild_a3c.shared import HogwildLink, SharedState, SharedAdam, copy_weights, hand_over_gradients, new_adam_state
 
@@ -125,3 +126,64 @@ def test_a_workers_update_does_not_import_torch_dynamo():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def _adam_moment_after_a_zero_gradient_step(moment: float) -> float:
+    param = torch.nn.Parameter(torch.ones(4))
+    state = {"step": torch.zeros(1), "exp_avg": [torch.full((4,), moment)], "exp_avg_sq": [torch.ones(4)]}
+    param.grad = torch.zeros(4)
+    SharedAdam([param], state, lr=0.01).step()
+    return float(state["exp_avg"][0][0])
+
+
+def test_adam_moments_decaying_below_float32s_normal_range_become_zero_where_denormals_are_flushed():
+    """What a worker's flag does to the update: a first moment whose gradient stays zero decays
+    by 0.9 per step into the denormal range (slow arithmetic), and is zero there instead."""
+    denormal = torch.finfo(torch.float32).tiny / 2
+    before = flush_denormals(False)
+    try:
+        assert 0.0 < _adam_moment_after_a_zero_gradient_step(denormal) < denormal
+        flush_denormals(True)
+        assert _adam_moment_after_a_zero_gradient_step(denormal) == 0.0
+        assert abs(_adam_moment_after_a_zero_gradient_step(1e-3) - 0.9e-3) < 1e-9  # normal values untouched
+    finally:
+        flush_denormals(before)
+
+
+def _child_reports_denormal_arithmetic(parent_pid: int, out) -> None:
+    def body() -> None:
+        out.send(float(torch.tensor(torch.finfo(torch.float32).tiny / 2) * 1.0))
+
+    run_child("test", 0, parent_pid, body, lambda message: out.send(message))
+
+
+def test_every_child_flushes_denormals():
+    """Workers, the evaluator and the syncer start through run_child."""
+    import os
+
+    ctx = mp.get_context("spawn")
+    receive, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child_reports_denormal_arithmetic, args=(os.getpid(), send))
+    child.start()
+    try:
+        assert receive.poll(60), "the child sent nothing"
+        assert receive.recv() == 0.0
+    finally:
+        child.join(30)
+        if child.is_alive():
+            child.kill()
+    assert child.exitcode == 0
+
+
+def test_training_in_this_process_gives_the_callers_denormal_setting_back(tmp_path):
+    """Serial mode learns in the caller's process (a notebook): flushed during the run, restored after."""
+    from hogwild_a3c.train import main
+
+    before = flush_denormals(False)
+    try:
+        code = main(["--env", "CartPole-v1", "--num-workers", "0", "--max-steps", "200", "--eval-episodes", "0",
+                     "--no-progress", "--run-dir", str(tmp_path / "run")])
+        assert code == 0
+        assert flush_denormals(False) is False
+    finally:
+        flush_denormals(before)
