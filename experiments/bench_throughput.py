@@ -25,7 +25,7 @@ from benchlib import RESULTS, RUNS, header, load_config, markdown_table, run_tra
 import pandas as pd
 
 
-def _raw_env_process(env_id, env_kwargs, envs, preset, seconds, warmup, barrier, out):
+def _raw_env_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, warmup, barrier, out):
     import torch
 
     torch.set_num_threads(1)
@@ -52,7 +52,7 @@ def _raw_env_process(env_id, env_kwargs, envs, preset, seconds, warmup, barrier,
     out.put(run_for(seconds))
 
 
-def _acting_process(env_id, env_kwargs, envs, preset, seconds, warmup, barrier, out, rank):
+def _acting_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, warmup, barrier, out, rank):
     import torch
 
     torch.set_num_threads(1)
@@ -65,7 +65,8 @@ def _acting_process(env_id, env_kwargs, envs, preset, seconds, warmup, barrier, 
     from hogwild_a3c.worker import Worker
 
     register_atari()
-    cfg = Config(**{**load_preset(preset)[0], "env": env_id, "env_kwargs": env_kwargs, "envs_per_worker": envs})
+    cfg = Config(**{**load_preset(preset)[0], "env": env_id, "env_kwargs": env_kwargs, "envs_per_worker": envs,
+                    "rollout_steps": rollout_steps})
     info = describe_env(env_id, env_kwargs)
     shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, "adam", 1e-4)
     reports = InProcessReports()
@@ -108,10 +109,13 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False, preset="seed"):
+def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False, preset="seed",
+                    rollout_steps=None):
     run_dir = RUNS / "throughput" / f"{tag}-w{workers}-k{envs}-{int(time.time() * 1000)}"
     args = ["--env", env_id, "--preset", preset, "--num-workers", workers, "--envs-per-worker", envs, "--no-progress",
             "--progress-interval", 1, "--max-seconds", seconds + warmup + 15, "--run-dir", run_dir]
+    if rollout_steps is not None:
+        args += ["--rollout-steps", rollout_steps]
     if env_kwargs:
         args += ["--env-kwargs", *env_kwargs]
     if with_idle_evaluator:
@@ -145,6 +149,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="*", help="worker counts (default: 1..cores)")
     parser.add_argument("--envs-per-worker", type=int, nargs="*", help="default: the preset's (seed: 1)")
+    parser.add_argument("--rollout-steps", type=int, nargs="*",
+                        help="rollout lengths T to measure (default: the preset's); fewer steps per update cost throughput")
     parser.add_argument("--seconds", type=float, default=config["seconds_per_measurement"])
     parser.add_argument("--warmup", type=float, default=config["warmup_seconds"])
     parser.add_argument("--repeats", type=int, default=config["repeats"])
@@ -156,39 +162,43 @@ def main():
     parser.add_argument("--no-evaluator-check", action="store_true", help="skip the 25 s measurement of the idle evaluator's CPU")
     args = parser.parse_args()
     workers_list = args.workers or list(range(1, (os.cpu_count() or 1) + 1))
-    if not args.envs_per_worker:
-        from hogwild_a3c.presets import load_preset
+    from hogwild_a3c.presets import load_preset
 
-        args.envs_per_worker = [load_preset(args.preset)[0].get("envs_per_worker", 1)]
+    preset_values = load_preset(args.preset)[0]
+    args.envs_per_worker = args.envs_per_worker or [preset_values.get("envs_per_worker", 1)]
+    args.rollout_steps = args.rollout_steps or [preset_values["rollout_steps"]]
+    bad = [value for value in args.envs_per_worker + args.rollout_steps if value < 1]
+    if bad:
+        parser.error(f"--envs-per-worker and --rollout-steps take integers >= 1 (got {bad[0]})")
     env_id, env_kwargs = config["env"], config["env_kwargs"]
     from hogwild_a3c.envs import parse_env_kwargs
 
     kwargs = parse_env_kwargs(env_kwargs)
     rows = []
-    for envs in args.envs_per_worker:
-        for workers in workers_list:
-            raw, acting, trainer, rss = [], [], [], []
-            for repeat in range(args.repeats):
-                if not args.trainer_only:
-                    reference = (env_id, kwargs, envs, args.preset, args.seconds, args.warmup)
-                    raw.append(measure_processes(_raw_env_process, workers, reference))
-                    acting.append(measure_processes(_acting_process, workers, reference))
-                rate, mem, _ = measure_trainer(env_id, env_kwargs, workers, envs, args.seconds, args.warmup, f"r{repeat}",
-                                               preset=args.preset)
-                trainer.append(rate)
-                rss.append(mem)
-                print(f"workers {workers} envs/worker {envs} repeat {repeat}: trainer {trainer[-1]:.0f} steps/s", flush=True)
-            references = {} if args.trainer_only else {
-                "raw_env_steps_per_s": statistics.median(raw), "acting_steps_per_s": statistics.median(acting)}
-            ratios = {} if args.trainer_only else {
-                "trainer_over_acting": statistics.median(t / a for t, a in zip(trainer, acting)),
-                "trainer_over_raw": statistics.median(t / r for t, r in zip(trainer, raw))}
-            row = {
-                "workers": workers, "preset": args.preset, "envs_per_worker": envs, **references,
-                "trainer_steps_per_s": statistics.median(trainer), **ratios,
-                "worker_rss_mb": statistics.median(rss), "repeats": args.repeats,
-            }
-            rows.append(row)
+    cells = [(steps, envs, workers) for steps in args.rollout_steps for envs in args.envs_per_worker for workers in workers_list]
+    for steps, envs, workers in cells:
+        raw, acting, trainer, rss = [], [], [], []
+        for repeat in range(args.repeats):
+            if not args.trainer_only:
+                reference = (env_id, kwargs, envs, args.preset, steps, args.seconds, args.warmup)
+                raw.append(measure_processes(_raw_env_process, workers, reference))
+                acting.append(measure_processes(_acting_process, workers, reference))
+            rate, mem, _ = measure_trainer(env_id, env_kwargs, workers, envs, args.seconds, args.warmup, f"r{repeat}",
+                                           preset=args.preset, rollout_steps=steps)
+            trainer.append(rate)
+            rss.append(mem)
+            print(f"workers {workers} envs/worker {envs} rollout steps {steps} repeat {repeat}: trainer {trainer[-1]:.0f} steps/s", flush=True)
+        references = {} if args.trainer_only else {
+            "raw_env_steps_per_s": statistics.median(raw), "acting_steps_per_s": statistics.median(acting)}
+        ratios = {} if args.trainer_only else {
+            "trainer_over_acting": statistics.median(t / a for t, a in zip(trainer, acting)),
+            "trainer_over_raw": statistics.median(t / r for t, r in zip(trainer, raw))}
+        row = {
+            "workers": workers, "preset": args.preset, "envs_per_worker": envs, "rollout_steps": steps, **references,
+            "trainer_steps_per_s": statistics.median(trainer), **ratios,
+            "worker_rss_mb": statistics.median(rss), "repeats": args.repeats,
+        }
+        rows.append(row)
     evaluator_cpu = None
     if not args.no_evaluator_check:
         _, _, evaluator_cpu = measure_trainer(env_id, env_kwargs, 1, 1, 10, 2, "evaluator", with_idle_evaluator=True)
