@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -66,6 +67,8 @@ class Config:
     max_grad_norm: float = _opt(40.0, "clip gradients to this global norm")
     optimizer: str = _opt("adam", "adam: each worker its own Adam statistics (the seed); shared-adam: one set in shared memory", choices=["adam", "shared-adam"])
     lstm_size: int = _opt(256, "LSTM hidden units (--core lstm)")
+    lstm_forget_bias: float = _opt(1.0, "the LSTM's forget-gate bias at initialisation: 1.0 is the seed's (TF's BasicLSTMCell "
+                                        "adds 1 to the forget gate); 0.0 was this trainer's until 2026-11-30")
     core: str = _opt("lstm", "recurrent LSTM core (the seed) or a feedforward one (mlp: the encoder feeds the heads)", choices=["lstm", "mlp"])
     hidden_size: int = _opt(128, "units of each of the 2 layers of the encoder for vector observations")
     activation: str = _opt("elu", "activation of the vector encoder", choices=["elu", "tanh"])
@@ -106,7 +109,7 @@ def experiment_fields() -> set[str]:
 # What a preset file may set: the algorithm and the model, nothing about processes or budgets.
 PRESET_FIELDS = {
     "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "entropy_coef", "value_coef",
-    "max_grad_norm", "optimizer", "lstm_size", "core", "hidden_size", "activation", "loss_reduction",
+    "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size", "activation", "loss_reduction",
     "normalize_obs", "normalize_reward", "value_net",
 }
 
@@ -135,6 +138,10 @@ def _fits(value: Any, type_: type, optional: bool) -> bool:
     return isinstance(value, type_)
 
 
+# What runs saved before a field existed were trained with, where that differs from its default now.
+BEFORE_THE_FIELD_EXISTED = {"lstm_forget_bias": 0.0}
+
+
 def config_from_dict(data: Any, source: str) -> Config:
     """A saved config back as a `Config`, checked like the command line; raises ValueError with
     one line per problem, each naming `source`. A field missing from the file takes its default
@@ -147,6 +154,8 @@ def config_from_dict(data: Any, source: str) -> Config:
         if f.name not in data:
             if f.metadata["required_when_saved"]:
                 errors.append(f"{source}: missing setting '{f.name}'")
+            elif f.name in BEFORE_THE_FIELD_EXISTED:
+                values[f.name] = BEFORE_THE_FIELD_EXISTED[f.name]
             continue
         type_, optional = _base_type(f)
         value = data[f.name]
@@ -229,6 +238,7 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(cfg.value_coef >= 0, "value_coef", "a number >= 0", cfg.value_coef)
     need(cfg.max_grad_norm > 0, "max_grad_norm", "a positive number", cfg.max_grad_norm)
     need(cfg.lstm_size >= 1, "lstm_size", "an integer >= 1", cfg.lstm_size)
+    need(math.isfinite(cfg.lstm_forget_bias), "lstm_forget_bias", "a finite number", cfg.lstm_forget_bias)
     need(cfg.hidden_size >= 1, "hidden_size", "an integer >= 1", cfg.hidden_size)
     need(cfg.core in ("lstm", "mlp"), "core", "lstm or mlp", cfg.core)
     need(cfg.activation in ("elu", "tanh"), "activation", "elu or tanh", cfg.activation)

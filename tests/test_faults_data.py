@@ -163,6 +163,24 @@ def test_a_damaged_saved_file_is_refused_in_one_line_and_nothing_is_written(tmp_
     assert snapshot(run_dir) == before
 
 
+def test_a_run_saved_before_the_forget_bias_setting_resumes_as_the_run_it_was(tmp_path):
+    """Runs started before `lstm_forget_bias` existed were initialised with 0.0 and saved no such
+    key: their config reads back as 0.0 (not today's default, 1.0), and they resume."""
+    from hogwild_a3c.rundir import read_saved_config
+
+    run_dir = serial_run(tmp_path / "run", "--lstm-size", "8")
+    config_path = run_dir / "config.json"
+    config_path.write_text(json.dumps({k: v for k, v in json.loads(config_path.read_text()).items() if k != "lstm_forget_bias"}))
+    payload = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
+    payload["config"].pop("lstm_forget_bias")
+    for path in (run_dir / "checkpoints").glob("*.pt"):
+        path.unlink()
+    save_checkpoint(run_dir / "checkpoints", payload, payload["global_step"])
+    assert read_saved_config(run_dir).lstm_forget_bias == 0.0
+    assert train.main(["--resume", str(run_dir), "--max-steps", "400", "--no-progress"]) == 0
+    assert read_saved_config(run_dir).lstm_forget_bias == 0.0
+
+
 # -- run directories that cannot be ------------------------------------------------------------
 
 def test_run_dir_that_is_a_file_or_under_one_or_under_proc_is_one_line(tmp_path, capsys):

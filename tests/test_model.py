@@ -34,7 +34,45 @@ def test_initialisation_follows_the_seed():
     torch.testing.assert_close(model.policy.weight.norm(dim=1), torch.full((6,), 0.01))
     torch.testing.assert_close(model.value.weight.norm(dim=1), torch.ones(1))
     assert torch.all(model.policy.bias == 0) and torch.all(model.value.bias == 0)
-    assert torch.all(model.lstm.bias_ih_l0 == 0) and torch.all(model.lstm.bias_hh_l0 == 0)
+    forget = slice(256, 512)  # torch's gate order: input, forget, cell, output
+    assert torch.all(model.lstm.bias_ih_l0[forget] == 1.0) and torch.all(model.lstm.bias_hh_l0 == 0)
+    others = torch.cat([model.lstm.bias_ih_l0[:256], model.lstm.bias_ih_l0[512:]])
+    assert torch.all(others == 0)
+
+
+def _basic_lstm_cell(x, h, c, kernel, forget_bias):
+    """TF 1.x BasicLSTMCell, written from its definition: zero bias, gates [i, j, f, o] from one
+    matmul of [x, h], and `forget_bias` added to f inside the sigmoid."""
+    i, j, f, o = np.split(np.concatenate([x, h], axis=1) @ kernel, 4, axis=1)
+    sigmoid = lambda z: 1.0 / (1.0 + np.exp(-z))  # noqa: E731
+    new_c = c * sigmoid(f + forget_bias) + sigmoid(i) * np.tanh(j)
+    return sigmoid(o) * np.tanh(new_c), new_c
+
+
+def test_fresh_lstm_computes_what_the_seeds_basic_lstm_cell_computes():
+    torch.manual_seed(1)
+    size, inputs = 16, 288
+    model = ActorCritic((1, 42, 42), 6, lstm_size=size)
+    w_ih, w_hh = model.lstm.weight_ih_l0.detach().double().numpy(), model.lstm.weight_hh_l0.detach().double().numpy()
+    # The same weights as TF's kernel [inputs + size, 4 * size], its gate blocks in TF's order (i, j, f, o).
+    blocks = lambda w: np.split(w, 4, axis=0)  # noqa: E731 - torch's order: i, f, g(=j), o
+    (wi, wf, wg, wo), (ui, uf, ug, uo) = blocks(w_ih), blocks(w_hh)
+    kernel = np.concatenate([np.concatenate([wi, wg, wf, wo]).T, np.concatenate([ui, ug, uf, uo]).T], axis=0)
+    x = np.random.default_rng(0).normal(size=(3, inputs))
+    h = np.random.default_rng(1).normal(size=(3, size))
+    c = np.random.default_rng(2).normal(size=(3, size))
+    expected_h, expected_c = _basic_lstm_cell(x, h, c, kernel, forget_bias=1.0)
+    with torch.no_grad():
+        _, (got_h, got_c) = model.lstm(
+            torch.tensor(x, dtype=torch.float32)[None], (torch.tensor(h, dtype=torch.float32)[None], torch.tensor(c, dtype=torch.float32)[None])
+        )
+    np.testing.assert_allclose(got_h[0].numpy(), expected_h, atol=1e-5)
+    np.testing.assert_allclose(got_c[0].numpy(), expected_c, atol=1e-5)
+    # The old init (forget bias 0) is a different function: the check above can tell them apart.
+    old_h, _ = _basic_lstm_cell(x, h, c, kernel, forget_bias=0.0)
+    assert np.abs(old_h - expected_h).max() > 1e-3
+    zero = ActorCritic((1, 42, 42), 6, lstm_size=size, lstm_forget_bias=0.0)
+    assert torch.all(zero.lstm.bias_ih_l0 == 0)
 
 
 def test_step_by_step_equals_replay_including_resets():
