@@ -17,7 +17,8 @@ import torch
 from .checkpoint import save_best
 from .config import Config
 from .envs import EnvInfo, make_env
-from .model import ActorCritic, build_model
+from .lstm_watch import LstmWatch
+from .model import ActorCritic, State, build_model
 from .shared import EvaluatorLink
 from .worker import sample_actions
 
@@ -38,8 +39,10 @@ def play_episode(
     should_stop: Callable[[], bool] = lambda: False,
     on_frame: Callable[[], None] | None = None,
     seed: int | None = None,
+    on_state: Callable[[State], None] | None = None,
 ) -> tuple[float, int] | None:
-    """Play one episode with the model; None if `should_stop` (asked every 64 steps) said so."""
+    """Play one episode with the model; None if `should_stop` (asked every 64 steps) said so.
+    `on_state` sees every LSTM state the episode passes through (the evaluator's `LstmWatch`)."""
     obs, _ = env.reset(seed=seed)
     state = model.initial_state(1)
     total, length = 0.0, 0
@@ -48,6 +51,8 @@ def play_episode(
             if on_frame is not None:
                 on_frame()
             logits, _, state = model.step(torch.from_numpy(np.asarray(obs, dtype=np.float32)[None]), state)
+            if on_state is not None:
+                on_state(state)
             action = int(logits.argmax(dim=-1)[0]) if greedy else int(sample_actions(logits, rng)[0])
             obs, reward, terminated, truncated, _ = env.step(action)
             total += float(reward)
@@ -80,16 +85,20 @@ class Evaluator:
         self.link.snapshot(self.model)
         global_step = self.link.global_step()
         episodes = []
+        watch = LstmWatch() if self.model.lstm is not None else None
         for _ in range(self.cfg.eval_episodes):
-            result = play_episode(self.model, self.env, self.rng, should_stop=self._alive_and_not_stopping)
+            result = play_episode(self.model, self.env, self.rng, should_stop=self._alive_and_not_stopping,
+                                  on_state=None if watch is None else watch.observe)
             if result is None:
                 return False
             episodes.append(result)
+            if watch is not None:
+                watch.episode_ended()
         mean = float(np.mean([r for r, _ in episodes]))
         if mean > self.best_return:
             self.best_return = mean
             save_best(self.run_dir, self.model, global_step, mean, self.cfg)
-        self.link.report_evaluation(global_step, episodes)
+        self.link.report_evaluation(global_step, episodes, None if watch is None else watch.health())
         return True
 
     def close(self) -> None:

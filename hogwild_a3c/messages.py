@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .lstm_watch import LstmHealth
+
 
 @dataclass(frozen=True)
 class EpisodeEnded:
@@ -22,6 +24,7 @@ class Evaluated:
     global_step: int
     wall_time: float
     episodes: tuple[tuple[float, int], ...]  # (return, length) per episode
+    lstm: LstmHealth | None = None  # None for the mlp core
 
     @property
     def mean_return(self) -> float:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from .lstm_watch import LstmHealth
 from .messages import EpisodeEnded, Evaluated
 
 # Columns of the per-worker statistics table (float64, one row per worker slot). Each worker
@@ -271,7 +272,7 @@ class EvaluatorLink(Protocol):
 
     def snapshot(self, model: nn.Module) -> None: ...
     def global_step(self) -> int: ...
-    def report_evaluation(self, global_step: int, episodes: list[tuple[float, int]]) -> None: ...
+    def report_evaluation(self, global_step: int, episodes: list[tuple[float, int]], lstm: LstmHealth | None = None) -> None: ...
     def heartbeat(self) -> None: ...
     def should_stop(self) -> bool: ...
 
@@ -289,8 +290,8 @@ class HogwildEvaluatorLink:
     def global_step(self) -> int:
         return self.shared.global_step()
 
-    def report_evaluation(self, global_step: int, episodes: list[tuple[float, int]]) -> None:
-        self.reports.send(Evaluated(global_step, time.time(), tuple(episodes)))
+    def report_evaluation(self, global_step: int, episodes: list[tuple[float, int]], lstm: LstmHealth | None = None) -> None:
+        self.reports.send(Evaluated(global_step, time.time(), tuple(episodes), lstm))
 
     def heartbeat(self) -> None:
         self.shared.heartbeats[self.shared.evaluator_slot] = time.time()

@@ -208,7 +208,7 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
                         node=None if node is None else dataclasses.asdict(node))
     clock = Clock(before.elapsed_s)
     policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
-    state = {"best": before.best_eval_return, "latest_eval": None, "rate": 0.0,
+    state = {"best": before.best_eval_return, "latest_eval": None, "rate": 0.0, "warned_dead_lstm": False,
              "rate_from": (time.monotonic(), shared.global_step())}
 
     def deliver(messages: list[Message]) -> None:
@@ -222,6 +222,9 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
                 state["latest_eval"] = message.mean_return
                 state["best"] = max(state["best"], message.mean_return)
                 policy.on_evaluation([r for r, _ in message.episodes])
+                if message.lstm is not None and message.lstm.dead and not state["warned_dead_lstm"]:
+                    state["warned_dead_lstm"] = True  # once: the run goes on, the user decides
+                    recorder.log(message.lstm.warning(message.global_step))
             elif isinstance(message, ChildRaised):
                 recorder.error(f"{message.role} {message.rank} raised {message.summary}\n{message.traceback}")
 

@@ -28,8 +28,9 @@ class FixedLink:
     def global_step(self):
         return 1000
 
-    def report_evaluation(self, global_step, episodes):
+    def report_evaluation(self, global_step, episodes, lstm=None):
         self.reported.append((global_step, episodes))
+        self.lstm_health = lstm
 
     def heartbeat(self):
         pass
