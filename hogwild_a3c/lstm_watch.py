@@ -6,8 +6,8 @@ stops depending on the input. No gradient passes a saturated gate, so such a run
 recover; the user is better off starting another seed than waiting. Measured on Pong
 checkpoints (experiments/results/README.md, "What a run stuck at -21 looks like inside"):
 
-- mean |c| at the end of an episode: fresh networks ~0.04-0.09, healthy runs 1-2, a slow but
-  alive one 8.9, dead ones 127-320;
+- mean |c| at the end of an episode: fresh networks ~0.04-0.09, learning runs 0.8-2, a slow but
+  alive one ~9, dead ones 127-408;
 - spread of h over the steps (median over units of each unit's std): fresh ~0.001, healthy
   ~0.2, dead below 1e-9.
 
@@ -52,7 +52,6 @@ class LstmWatch:
         self.steps = 0
         self.h_sum: torch.Tensor | None = None
         self.h_sumsq: torch.Tensor | None = None
-        self.last_cell = 0.0
         self.cells: list[float] = []
         self._last_state: tuple[torch.Tensor, torch.Tensor] | None = None
 
