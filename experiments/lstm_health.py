@@ -24,7 +24,8 @@ from hogwild_a3c.model import build_model
 FRAMES = 600
 
 
-def random_play_frames(env_id: str, env_kwargs: dict) -> torch.Tensor:
+def random_play_frames(env_id: str, env_kwargs: dict) -> tuple[torch.Tensor, int]:
+    """600 preprocessed frames of random play, and the env's number of actions."""
     env = make_env(env_id, env_kwargs)
     rng = np.random.default_rng(0)
     obs, _ = env.reset(seed=1)
@@ -35,7 +36,7 @@ def random_play_frames(env_id: str, env_kwargs: dict) -> torch.Tensor:
         if terminated or truncated:
             obs, _ = env.reset()
     env.close()
-    return torch.from_numpy(np.stack(frames))
+    return torch.from_numpy(np.stack(frames)), int(env.action_space.n)
 
 
 @torch.no_grad()
@@ -72,15 +73,15 @@ def main() -> None:
     parser.add_argument("checkpoints", nargs="+")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    frames_by_env: dict[str, torch.Tensor] = {}
+    frames_by_env: dict[str, tuple[torch.Tensor, int]] = {}
     for path in args.checkpoints:
         payload = load_checkpoint(path)
         cfg = config_from_dict(payload["config"], path)
         key = f"{cfg.env} {sorted(cfg.env_kwargs.items())}"
         if key not in frames_by_env:
             frames_by_env[key] = random_play_frames(cfg.env, cfg.env_kwargs)
-        frames = frames_by_env[key]
-        model = build_model(tuple(frames.shape[1:]), make_env(cfg.env, cfg.env_kwargs).action_space.n, cfg)
+        frames, num_actions = frames_by_env[key]
+        model = build_model(tuple(frames.shape[1:]), num_actions, cfg)
         model.load_state_dict(payload["model"])
         cells = "  ".join(f"{name} {value:.3g}" for name, value in health(model, frames).items())
         print(f"{path}  step {payload['global_step'] / 1e6:.2f}M  {cells}", flush=True)
