@@ -62,6 +62,7 @@ class Config:
     gamma: float = _opt(0.99, "discount factor")
     gae_lambda: float = _opt(1.0, "GAE lambda (1.0: advantages are discounted returns minus values)")
     lr: float = _opt(1e-4, "Adam learning rate")
+    lr_warmup_updates: int = _opt(0, "raise each Adam's learning rate linearly from 0 to --lr over its first this many updates (0: none, the seed); 2000 = 2 / (1 - Adam's beta2) is the usual untuned choice")
     entropy_coef: float = _opt(0.01, "weight of the entropy bonus")
     value_coef: float = _opt(0.5, "weight of the value loss")
     max_grad_norm: float = _opt(40.0, "clip gradients to this global norm")
@@ -108,7 +109,7 @@ def experiment_fields() -> set[str]:
 
 # What a preset file may set: the algorithm and the model, nothing about processes or budgets.
 PRESET_FIELDS = {
-    "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "entropy_coef", "value_coef",
+    "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "lr_warmup_updates", "entropy_coef", "value_coef",
     "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size", "activation", "loss_reduction",
     "normalize_obs", "normalize_reward", "value_net",
 }
@@ -234,6 +235,7 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(0.0 < cfg.gamma <= 1.0, "gamma", "in (0, 1]", cfg.gamma)
     need(0.0 <= cfg.gae_lambda <= 1.0, "gae_lambda", "in [0, 1]", cfg.gae_lambda)
     need(cfg.lr > 0, "lr", "a positive number", cfg.lr)
+    need(cfg.lr_warmup_updates >= 0, "lr_warmup_updates", "an integer >= 0 (0: no warm-up)", cfg.lr_warmup_updates)
     need(cfg.entropy_coef >= 0, "entropy_coef", "a number >= 0", cfg.entropy_coef)
     need(cfg.value_coef >= 0, "value_coef", "a number >= 0", cfg.value_coef)
     need(cfg.max_grad_norm > 0, "max_grad_norm", "a positive number", cfg.max_grad_norm)

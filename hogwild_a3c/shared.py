@@ -83,12 +83,19 @@ class SharedAdam:
     makes, called directly: building any `torch.optim` optimizer imports `torch._dynamo`, 1.0-1.8 s
     per process measured here, most of a worker's start-up on classic control. The arithmetic
     is checked against `torch.optim.Adam` in tests/test_hogwild.py.
+
+    With `warmup_updates` N > 0 the step size of update n is lr * min(1, n / N), n counted by
+    this Adam's own step counter (so a resumed run, whose counters are restored, does not warm
+    up again). Why: Adam's first updates divide by a second moment estimated from a handful of
+    gradients, so they are close to lr * sign(gradient) for every weight at once; on Pong those
+    early sign steps are what pushed encoders and LSTM gates into saturation (results README).
     """
 
     def __init__(self, params: list[nn.Parameter], state: dict[str, Any], lr: float,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, warmup_updates: int = 0):
         self.params = params
         self.lr, self.betas, self.eps = lr, betas, eps
+        self.warmup_updates = warmup_updates
         self.steps = [state["step"][i] for i in range(len(params))]  # 0-d views of one shared vector
         self.exp_avgs = state["exp_avg"]
         self.exp_avg_sqs = state["exp_avg_sq"]
@@ -107,9 +114,15 @@ class SharedAdam:
         torch._fused_adam_(
             [self.params[i] for i in have], [self.params[i].grad for i in have],
             [self.exp_avgs[i] for i in have], [self.exp_avg_sqs[i] for i in have], [], steps,
-            lr=self.lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
+            lr=self.step_size(float(steps[0])), beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
             amsgrad=False, maximize=False,
         )
+
+    def step_size(self, update: float) -> float:
+        """The learning rate of update number `update` (counted from 1)."""
+        if self.warmup_updates <= 0 or update >= self.warmup_updates:
+            return self.lr
+        return self.lr * update / self.warmup_updates
 
 
 @dataclass
@@ -124,10 +137,11 @@ class SharedState:
     base_step: torch.Tensor  # int64 [1], steps done before this session (resume)
     control: torch.Tensor  # int64 [1]: non-zero once the main process (or, multi-node, any node) asks children to stop
     lr: float
+    lr_warmup_updates: int = 0
     sync: Any = None  # multi-node: the syncer's `SyncStatus` (the global step over every node)
 
     @classmethod
-    def create(cls, model: nn.Module, slots: int, optimizer: str, lr: float) -> "SharedState":
+    def create(cls, model: nn.Module, slots: int, optimizer: str, lr: float, lr_warmup_updates: int = 0) -> "SharedState":
         model.share_memory()
         states = [new_adam_state(model) for _ in range(1 if optimizer == "shared-adam" else slots)]
         return cls(
@@ -139,6 +153,7 @@ class SharedState:
             base_step=torch.zeros(1, dtype=torch.int64).share_memory_(),
             control=torch.zeros(1, dtype=torch.int64).share_memory_(),
             lr=lr,
+            lr_warmup_updates=lr_warmup_updates,
         )
 
     @property
@@ -217,7 +232,9 @@ class HogwildLink:
         self.reports = reports
         self.stats = shared.worker_stats[rank]
         params = list(shared.model.parameters())
-        self.optimizer = SharedAdam(params, shared.optimizer_state_for(rank), shared.lr)
+        self.optimizer = SharedAdam(
+            params, shared.optimizer_state_for(rank), shared.lr, warmup_updates=shared.lr_warmup_updates
+        )
 
     def pull(self, local_model: nn.Module) -> None:
         copy_weights(local_model, self.shared.model)

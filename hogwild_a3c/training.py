@@ -192,7 +192,7 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
     denormals_flushed_before = flush_denormals()  # as in every child: serial mode learns here
     torch.manual_seed(cfg.seed)
     model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg)
-    shared = SharedState.create(model, max(1, cfg.num_workers), cfg.optimizer, cfg.lr)
+    shared = SharedState.create(model, max(1, cfg.num_workers), cfg.optimizer, cfg.lr, cfg.lr_warmup_updates)
     if prepared.payload is not None:
         before = restore_training(shared, prepared.payload)
         session = before.session + 1

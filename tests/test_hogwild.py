@@ -60,6 +60,32 @@ def test_adam_statistics_live_in_the_given_shared_tensors():
     assert all(t.abs().sum() > 0 for t in state["exp_avg_sq"])
 
 
+def test_lr_warmup_is_torch_adam_under_a_linear_schedule_and_survives_a_new_optimizer():
+    """Update n of N warm-up updates steps at lr * n / N, as torch's Adam under LambdaLR; a new
+    SharedAdam over the same statistics (a resumed run) goes on from the saved count, it does not
+    warm up again."""
+    torch.manual_seed(0)
+    model = ActorCritic((3,), 2, lstm_size=8)
+    reference_model = ActorCritic((3,), 2, lstm_size=8)
+    reference_model.load_state_dict(model.state_dict())
+    state = new_adam_state(model)
+    reference = torch.optim.Adam(reference_model.parameters(), lr=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(reference, lambda k: min(1.0, (k + 1) / 4))
+    for update in range(6):
+        if update in (0, 2):  # the second optimizer: what a resume builds over restored statistics
+            ours = SharedAdam(list(model.parameters()), state, lr=0.01, warmup_updates=4)
+        for m, opt in [(model, ours), (reference_model, reference)]:
+            opt.zero_grad()
+            _loss(m).backward()
+            opt.step()
+        schedule.step()
+        for p, q in zip(model.parameters(), reference_model.parameters()):
+            torch.testing.assert_close(p, q)
+    assert [ours.step_size(n) for n in (1, 2, 4, 100)] == [0.0025, 0.005, 0.01, 0.01]
+    plain = SharedAdam(list(model.parameters()), state, lr=0.01)
+    assert plain.step_size(1) == 0.01
+
+
 def test_shared_adam_leaves_a_parameter_without_gradient_alone_as_torch_does():
     torch.manual_seed(0)
     model = ActorCritic((3,), 2, lstm_size=8)
