@@ -3,6 +3,9 @@ given and prints what distinguishes a run that learns from one stuck at -21:
 
 - features: how much the conv encoder's 288 outputs vary across frames (median std) and the
   share that do not vary at all (std < 1e-3): a collapsed encoder gives every frame one code;
+- conv |a|: the mean absolute activation after each conv layer; in the dead runs it grows ~3x
+  per layer while its spread across frames stays ~0.001-0.004: an offset that does not depend
+  on the frame, amplified by ELU's linear positive side, is what saturates the gates;
 - gates: the share of LSTM gate pre-activations beyond +-5 (sigmoid/tanh flat, no gradient)
   and the mean |c| of the cell state after the 600 steps;
 - outputs: the spread of h across frames, of the value, and the policy's mean top probability.
@@ -40,8 +43,15 @@ def random_play_frames(env_id: str, env_kwargs: dict) -> tuple[torch.Tensor, int
 
 
 @torch.no_grad()
-def health(model, frames: torch.Tensor) -> dict[str, float]:
+def health(model, frames: torch.Tensor) -> dict[str, float | str]:
     features = model.features(frames)
+    layer_means, x = [], frames if model.obs_norm is None else model.obs_norm.normalize(frames)
+    for layer in model.encoder:
+        x = layer(x)
+        if isinstance(layer, torch.nn.Conv2d):
+            layer_means.append(0.0)
+        elif layer_means and not isinstance(layer, torch.nn.Flatten):
+            layer_means[-1] = float(x.abs().mean())  # after the conv's activation
     lstm = model.lstm
     h, c = torch.zeros(1, lstm.hidden_size), torch.zeros(1, lstm.hidden_size)
     pre_activations, hs = [], []
@@ -59,6 +69,7 @@ def health(model, frames: torch.Tensor) -> dict[str, float]:
     return {
         "feature std": float(feature_std.median()),
         "constant features": float((feature_std < 1e-3).float().mean()),
+        "conv |a|": "/".join(f"{m:.2g}" for m in layer_means),
         "gates beyond 5": float((pre.abs() > 5).float().mean()),
         "|c|": float(c.abs().mean()),
         "h std": float(hs.std(dim=0).median()),
@@ -83,7 +94,8 @@ def main() -> None:
         frames, num_actions = frames_by_env[key]
         model = build_model(tuple(frames.shape[1:]), num_actions, cfg)
         model.load_state_dict(payload["model"])
-        cells = "  ".join(f"{name} {value:.3g}" for name, value in health(model, frames).items())
+        cells = "  ".join(f"{name} {value if isinstance(value, str) else f'{value:.3g}'}"
+                          for name, value in health(model, frames).items())
         print(f"{path}  step {payload['global_step'] / 1e6:.2f}M  {cells}", flush=True)
 
 

@@ -100,3 +100,23 @@ def test_initial_state_is_zero_and_independent():
     h += 1
     assert not c.any()
     assert np.shares_memory(h.numpy(), c.numpy()) is False
+
+
+def test_frames_with_observation_normalization_act_and_replay_alike_and_constant_pixels_give_zero():
+    """The atari preset normalizes frames per pixel: Pong's background never changes, so its
+    variance is 0; those pixels must reach the encoder as 0, not as NaN or 0 / 0 noise."""
+    torch.manual_seed(0)
+    model = ActorCritic((1, 42, 42), 6, lstm_size=16, normalize_obs=True)
+    frames = torch.full((40, 1, 42, 42), 0.34)
+    frames[:, 0, 10:14, 20] = torch.rand(40, 4)  # a "ball" column moving over a fixed background
+    model.obs_norm.merge_(frames.numpy())
+    normalized = model.obs_norm.normalize(frames)
+    assert torch.isfinite(normalized).all()
+    assert normalized[:, 0, :10].abs().max() == 0 and normalized[:, 0, 10:14, 20].std() > 0.5
+    obs = frames[:30].view(10, 3, 1, 42, 42)
+    replay_logits, replay_values = model.replay(obs, model.initial_state(3))
+    state = model.initial_state(3)
+    for t in range(10):
+        logits, values, state = model.step(obs[t], state)
+        torch.testing.assert_close(logits, replay_logits[t], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(values, replay_values[t], rtol=1e-5, atol=1e-6)
