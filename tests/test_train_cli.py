@@ -72,6 +72,7 @@ BAD_INPUTS = [
     (["--env", "CartPole-v1", "--env-kwargs", "no_such_kwarg=1"], "--env-kwargs"),
     (["--num-workers", "-1"], "--num-workers must be an integer >= 0"),
     (["--lr", "0"], "--lr must be a positive number"),
+    (["--lr-warmup-updates", "-5"], "--lr-warmup-updates must be an integer >= 0 (0: no warm-up) (got -5)"),
     (["--gamma", "1.5"], "--gamma must be in (0, 1]"),
     (["--target-return", "1", "--eval-episodes", "0"], "--target-return needs evaluations"),
     (["--resume", "/nonexistent/run"], "--resume /nonexistent/run"),
