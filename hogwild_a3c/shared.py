@@ -86,9 +86,9 @@ class SharedAdam:
 
     With `warmup_updates` N > 0 the step size of update n is lr * min(1, n / N), n counted by
     this Adam's own step counter (so a resumed run, whose counters are restored, does not warm
-    up again). Why: Adam's first updates divide by a second moment estimated from a handful of
-    gradients, so they are close to lr * sign(gradient) for every weight at once; on Pong those
-    early sign steps are what pushed encoders and LSTM gates into saturation (results README).
+    up again). The usual reason for one: Adam's first updates divide by a second moment estimated
+    from a handful of gradients, so they are close to lr * sign(gradient) for every weight at once.
+    On Pong it did not stop the networks that died (results README); normalized frames did.
     """
 
     def __init__(self, params: list[nn.Parameter], state: dict[str, Any], lr: float,
@@ -111,10 +111,11 @@ class SharedAdam:
             return
         steps = [self.steps[i] for i in have]
         torch._foreach_add_(steps, 1)
+        lr = self.step_size(float(steps[0])) if self.warmup_updates > 0 else self.lr
         torch._fused_adam_(
             [self.params[i] for i in have], [self.params[i].grad for i in have],
             [self.exp_avgs[i] for i in have], [self.exp_avg_sqs[i] for i in have], [], steps,
-            lr=self.step_size(float(steps[0])), beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
+            lr=lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
             amsgrad=False, maximize=False,
         )
 
