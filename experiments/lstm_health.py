@@ -44,14 +44,13 @@ def random_play_frames(env_id: str, env_kwargs: dict) -> tuple[torch.Tensor, int
 
 @torch.no_grad()
 def health(model, frames: torch.Tensor) -> dict[str, float | str]:
-    features = model.features(frames)
+    # The encoder layer by layer (what `model.features` computes), keeping each activation's size.
     layer_means, x = [], frames if model.obs_norm is None else model.obs_norm.normalize(frames)
     for layer in model.encoder:
         x = layer(x)
-        if isinstance(layer, torch.nn.Conv2d):
-            layer_means.append(0.0)
-        elif layer_means and not isinstance(layer, torch.nn.Flatten):
-            layer_means[-1] = float(x.abs().mean())  # after the conv's activation
+        if isinstance(layer, torch.nn.ELU):
+            layer_means.append(float(x.abs().mean()))
+    features = x
     lstm = model.lstm
     h, c = torch.zeros(1, lstm.hidden_size), torch.zeros(1, lstm.hidden_size)
     pre_activations, hs = [], []
