@@ -62,12 +62,16 @@ class Recorder:
 
             self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
         self.wandb = None
+        self._wandb_owns_service = False
         if cfg.wandb:
             import wandb
 
+            # A run of the user's own (a notebook's) stays active beside this one (reinit) and shares
+            # wandb's service process; only a service that this run alone uses is shut down at the end.
+            self._wandb_owns_service = wandb.run is None
             # Offline unless the user asked otherwise: training must never wait on a network.
             self.wandb = wandb.init(project="hogwild_a3c", name=run_dir.name, dir=str(run_dir), config=cfg.to_dict(),
-                                    mode=os.environ.get("WANDB_MODE", "offline"), resume="allow",
+                                    mode=os.environ.get("WANDB_MODE", "offline"), resume="allow", reinit="create_new",
                                     id=re.sub(r"[^A-Za-z0-9_-]", "-", run_dir.resolve().name)[:64])
             # Rows arrive out of step order (workers report at different moments): plot by global_step.
             self.wandb.define_metric("*", step_metric="global_step")
@@ -129,6 +133,13 @@ class Recorder:
             self.tensorboard.close()
         if self.wandb is not None:
             self.wandb.finish()
+            if self._wandb_owns_service:
+                import wandb
+
+                # finish() only tells wandb's service process that the run is over; the service
+                # writes the run's records to disk after that, so they can still be missing when
+                # the run has ended. teardown() waits for the service to flush and exit.
+                wandb.teardown()
         for handler in list(self.logger.handlers):
             handler.close()
             self.logger.removeHandler(handler)

@@ -159,3 +159,23 @@ def test_wandb_logs_offline_into_the_run_directory(tmp_path, monkeypatch):
     data = log.read_bytes()  # the run's records, metric names as plain UTF-8 inside
     for name in (b"train/episode_return", b"eval/mean_return", b"train/entropy", b"global_step"):
         assert name in data, name
+
+
+def test_wandb_leaves_a_users_own_run_active(tmp_path, monkeypatch):
+    """A notebook's own wandb run goes on beside the trainer's; ending the trainer's run must
+    neither finish it nor shut the service it logs through."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    users = wandb.init(project="users-own", dir=str(tmp_path), mode="offline")
+    try:
+        assert train.main([*TINY, "--num-workers", "0", "--max-steps", "300", "--eval-episodes", "0", "--wandb",
+                           "--run-dir", str(tmp_path / "run")]) == 0
+        assert wandb.run is users
+        users.log({"after_training": 1.0})  # raises if the run was finished or its service shut
+    finally:
+        users.finish()
+        wandb.teardown()
+    (log,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    assert b"after_training" in log.read_bytes()
