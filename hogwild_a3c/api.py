@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint
-from .config import Config, config_from_dict, flag_name
+from .config import Config, config_from_dict, flag_name, typed_values
 from .envs import EnvInfo, EnvSpecError, Frame42, describe_env, is_atari, make_env
 from .model import ActorCritic, State, build_model
 from .worker import sample_actions
@@ -40,17 +40,47 @@ class TrainResult:
         return self.exit_code == 0
 
 
-def _argv(settings: dict[str, Any]) -> list[str]:
+def _given(config: Config | str | Path | None, progress: bool | None, settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings the caller gave, typed as `Config`'s fields, as the command line's parser
+    hands them on: a `Config` gives every one of its fields, keywords override it."""
     names = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(settings) - names)
     if unknown:
         raise ValueError(f"unknown setting(s) {', '.join(unknown)}; the settings are Config's fields: {', '.join(sorted(names))}")
+    given: dict[str, Any] = {}
+    if isinstance(config, Config):
+        given = config.to_dict()
+        if given["preset"] == "auto":
+            # Every field is given, so no preset fills anything: the values started from Config's
+            # defaults, which are the seed preset's.
+            given["preset"] = "seed"
+    elif isinstance(config, (str, Path)):
+        given["config"] = str(config)  # a JSON file of settings, as --config
+    elif config is not None:
+        raise ValueError(f"config must be a Config or the path of a JSON file of settings (got {type(config).__name__})")
+    if progress is not None:
+        if "no_progress" in settings:
+            raise ValueError("give progress= or no_progress=, not both")
+        given["no_progress"] = not progress
+    given.update(settings)
+    # What argparse would have turned into strings: paths, and env_kwargs as a mapping.
+    for name in ("run_dir", "config"):
+        if isinstance(given.get(name), Path):
+            given[name] = str(given[name])
+    typed, errors = typed_values(given, "hogwild_a3c.train")
+    if errors:
+        raise ValueError("\n".join(errors))
+    return typed
+
+
+def _as_argv(given: dict[str, Any]) -> list[str]:
+    """The given settings as command-line flags, for meta.json's record of how the run started."""
     argv: list[str] = []
-    for name, value in settings.items():
-        if value is None or value is False:
+    for name, value in given.items():
+        if value is None or (value is False and name != "normalize_obs" and name != "normalize_reward"):
             continue
-        if value is True:
-            argv.append(flag_name(name))
+        if isinstance(value, bool):
+            argv.append(flag_name(name) if value else "--no-" + flag_name(name)[2:])
         elif name == "env_kwargs":
             argv += [flag_name(name), *(f"{key}={item!r}" for key, item in dict(value).items())]
         else:
@@ -58,24 +88,58 @@ def _argv(settings: dict[str, Any]) -> list[str]:
     return argv
 
 
-def train(config: Config | None = None, *, resume: str | Path | None = None, **settings: Any) -> TrainResult:
-    """Train as the command line does, with `Config` fields as keywords (or a `Config`, which
-    keywords override); `resume=RUN_DIR` continues a run (then give only what may change)."""
+def train(config: Config | str | Path | None = None, *, resume: str | Path | None = None,
+          progress: bool | None = None, **settings: Any) -> TrainResult:
+    """Train as the command line does, with `Config` fields as keywords, e.g.
+    `train(env="CartPole-v1", max_steps=100_000, progress=False)`. What is not given comes from
+    the env's preset, as on the command line. `config` may be a `Config`, run as it is, every
+    field of it (start from `resolve_config(...)` to keep a preset's values), or a JSON file of
+    settings (`--config`); keywords override it. `resume=RUN_DIR` continues a run (then give
+    only what may change). Bad settings raise `ValueError`, one line per problem."""
     from .rundir import ConfigError
-    from .training import prepare, run_training
+    from .training import prepare_given, run_training
 
-    given = {} if config is None else {k: v for k, v in config.to_dict().items() if v != getattr(Config(), k)}
-    argv = _argv({**given, **settings}) + (["--resume", str(resume)] if resume is not None else [])
+    _refuse_in_a_spawned_child()
+    given = _given(config, progress, settings)
     try:
-        prepared = prepare(argv)
+        prepared = prepare_given(dict(given), None if resume is None else str(resume))
     except ConfigError as exc:
         raise ValueError("\n".join(exc.errors)) from None
+    argv = _as_argv(given) + (["--resume", str(resume)] if resume is not None else [])
     try:
         code = run_training(prepared, argv)
     finally:
         prepared.lock.release()
     session = json.loads((prepared.run_dir / "meta.json").read_text())["sessions"][-1]
     return TrainResult(prepared.run_dir, code, session["ended"], int(session.get("global_step_end", 0)))
+
+
+def resolve_config(config: Config | str | Path | None = None, *, progress: bool | None = None,
+                   **settings: Any) -> Config:
+    """The `Config` that `train` with these arguments would run (the preset applied), without
+    running anything: look at it, change a field, and pass it to `train`."""
+    from .rundir import ConfigError, resolve_new
+
+    given = _given(config, progress, settings)
+    try:
+        return resolve_new(given)
+    except ConfigError as exc:
+        raise ValueError("\n".join(exc.errors)) from None
+
+
+def _refuse_in_a_spawned_child() -> None:
+    """Worker processes start by importing the main script again (the spawn start method); a
+    script that calls `train()` at its top level, without `if __name__ == "__main__":`, would
+    start a whole new run inside every child. Stop that child at once, before any folder is made."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # SystemExit, not an exception: the child has nothing to clean up, and the user needs this
+        # one line, not a traceback through multiprocessing's bootstrap.
+        raise SystemExit(
+            "error: hogwild_a3c.train() was called while a worker process imported your script; put the call under "
+            "`if __name__ == \"__main__\":` (worker processes import the main script again when they start)"
+        )
 
 
 class PolicyError(ValueError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import numbers
 import os
 import re
 from dataclasses import dataclass, field
@@ -120,6 +121,7 @@ def flag_name(name: str) -> str:
 
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict}
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object"}
 
 
 def _base_type(f: dataclasses.Field) -> tuple[type, bool]:
@@ -129,14 +131,36 @@ def _base_type(f: dataclasses.Field) -> tuple[type, bool]:
     return _TYPES[next(p for p in parts if p != "None")], "None" in parts
 
 
+FIELD_TYPES = {f.name: _base_type(f) for f in dataclasses.fields(Config)}
+
+
 def _fits(value: Any, type_: type, optional: bool) -> bool:
     if value is None:
         return optional or type_ is dict
+    if isinstance(value, bool):  # bool is an int to Python, never a count or a rate here
+        return type_ is bool
     if type_ is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return isinstance(value, numbers.Real)
     if type_ is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return isinstance(value, numbers.Integral)
     return isinstance(value, type_)
+
+
+def typed_values(values: dict[str, Any], where: str) -> tuple[dict[str, Any], list[str]]:
+    """Settings from a file or from Python, as their fields' types (an int where a float goes
+    becomes a float, a numpy integer an int); one line per value that does not fit, naming
+    `where`. The one type check for everything that does not come through argparse."""
+    typed, errors = {}, []
+    for name, value in values.items():
+        type_, optional = FIELD_TYPES[name]
+        if not _fits(value, type_, optional):
+            errors.append(f"{where}: '{name}' must be {_TYPE_WORDS[type_]}{' or null' if optional else ''} "
+                          f"(got {value!r})")
+        elif value is not None and type_ in (int, float):
+            typed[name] = type_(value)
+        else:
+            typed[name] = value
+    return typed, errors
 
 
 # What runs saved before a field existed were trained with, where that differs from its default now.
@@ -150,21 +174,14 @@ def config_from_dict(data: Any, source: str) -> Config:
     changed default cannot slip through, as resume compares the config with the checkpoint's."""
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected a JSON object of settings, found {type(data).__name__}")
-    values, errors = {}, []
+    errors = []
     for f in dataclasses.fields(Config):
-        if f.name not in data:
-            if f.metadata["required_when_saved"]:
-                errors.append(f"{source}: missing setting '{f.name}'")
-            elif f.name in BEFORE_THE_FIELD_EXISTED:
-                values[f.name] = BEFORE_THE_FIELD_EXISTED[f.name]
-            continue
-        type_, optional = _base_type(f)
-        value = data[f.name]
-        if not _fits(value, type_, optional):
-            errors.append(f"{source}: '{f.name}' must be {'a' if type_ is not int else 'an'} {type_.__name__}"
-                          f"{' or null' if optional else ''} (got {value!r})")
-            continue
-        values[f.name] = float(value) if type_ is float and value is not None else value
+        if f.name not in data and f.metadata["required_when_saved"]:
+            errors.append(f"{source}: missing setting '{f.name}'")
+    known = {name: value for name, value in data.items() if name in FIELD_TYPES}
+    values, type_errors = typed_values(known, source)
+    errors += type_errors
+    values.update({name: value for name, value in BEFORE_THE_FIELD_EXISTED.items() if name not in data})
     if errors:
         raise ValueError("\n".join(errors))
     cfg = Config(**values)

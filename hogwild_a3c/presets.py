@@ -16,13 +16,12 @@ The resolved values, with the preset's name, are written to config.json, so `--r
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from pathlib import Path
 from typing import Any
 
-from .config import PRESET_FIELDS, Config
+from .config import FIELD_TYPES, PRESET_FIELDS, Config, typed_values
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 META_KEYS = {"base", "about"}
@@ -51,32 +50,19 @@ def auto_preset(env_id: str) -> str:
         return "vector"
 
 
-_FIELD_TYPES = {f.name: f.type if isinstance(f.type, str) else f.type.__name__ for f in dataclasses.fields(Config)}
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Config)}
-
-
-def _check_values(values: dict[str, Any], allowed: set[str], where: str) -> list[str]:
-    """One line per unknown key or value of the wrong JSON type."""
-    errors = []
+def _check_values(values: dict[str, Any], allowed: set[str], where: str) -> tuple[dict[str, Any], list[str]]:
+    """The known settings, typed as their fields; one line per unknown key or value of the wrong type."""
+    errors, known = [], {}
     for key, value in values.items():
         if key in META_KEYS:
             continue
         if key not in allowed:
             what = "a preset may set only " + ", ".join(sorted(allowed)) if allowed is PRESET_FIELDS else "not a setting"
             errors.append(f"{where}: unknown or disallowed key {key!r} ({what})")
-            continue
-        kind = _FIELD_TYPES[key]
-        ok = {
-            "int": isinstance(value, int) and not isinstance(value, bool),
-            "float": isinstance(value, (int, float)) and not isinstance(value, bool),
-            "str": isinstance(value, str),
-            "bool": isinstance(value, bool),
-            "dict": isinstance(value, dict),
-        }[kind]
-        ok = ok or (value is None and _DEFAULTS[key] is None)
-        if not ok:
-            errors.append(f"{where}: {key!r} must be a JSON {'number' if kind == 'float' else {'int': 'integer', 'str': 'string', 'bool': 'true/false', 'dict': 'object'}[kind]} (got {value!r})")
-    return errors
+        else:
+            known[key] = value
+    typed, type_errors = typed_values(known, where)
+    return typed, errors + type_errors
 
 
 def _read_json(path: Path, where: str) -> tuple[dict[str, Any], list[str]]:
@@ -101,11 +87,12 @@ def load_preset(name: str, _seen: tuple[str, ...] = ()) -> tuple[dict[str, Any],
     if name in _seen:
         return {}, [f"preset {name}: its \"base\" chain loops ({' -> '.join((*_seen, name))})"]
     data, errors = _read_json(path, f"preset file {path}")
-    errors += _check_values(data, PRESET_FIELDS, f"preset file {path}")
+    own, value_errors = _check_values(data, PRESET_FIELDS, f"preset file {path}")
+    errors += value_errors
     values: dict[str, Any] = {}
     if "base" in data and not errors:
         values, errors = load_preset(str(data["base"]), (*_seen, name))
-    values.update({k: v for k, v in data.items() if k not in META_KEYS})
+    values.update(own)
     return values, errors
 
 
@@ -114,9 +101,9 @@ def read_config_file(path: str) -> tuple[dict[str, Any], list[str]]:
     where = f"--config {path}"
     data, errors = _read_json(Path(path), where)
     data = {str(k).replace("-", "_"): v for k, v in data.items()}
-    allowed = set(_FIELD_TYPES) - {"config"}
-    errors += _check_values({k: v for k, v in data.items() if k != "about"}, allowed, where)
-    return {k: v for k, v in data.items() if k in allowed}, errors
+    allowed = set(FIELD_TYPES) - {"config"}
+    values, value_errors = _check_values({k: v for k, v in data.items() if k != "about"}, allowed, where)
+    return values, errors + value_errors
 
 
 def resolve(given: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:

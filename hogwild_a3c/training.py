@@ -140,8 +140,13 @@ def _prepare_node(node: Node, resume_dir: str | None, args: dict[str, Any]) -> P
 def prepare(argv: list[str]) -> Prepared:
     """Parse and check everything; raises ConfigError with one line per problem. On success the
     run directory exists and this process holds its lock."""
-    args = vars(build_parser().parse_args(argv))
-    resume_dir = args.pop("resume", None)
+    args = vars(build_parser().parse_args(argv))  # only the flags given: the parser suppresses defaults
+    return prepare_given(args, args.pop("resume", None))
+
+
+def prepare_given(args: dict[str, Any], resume_dir: str | None = None) -> Prepared:
+    """`prepare` for settings already typed as `Config`'s fields, the ones the user gave (from
+    the command line or from Python); what is not given comes from the preset or the defaults."""
     node = Node.from_env()
     if node is not None:
         prepared = _prepare_node(node, resume_dir, args)

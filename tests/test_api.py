@@ -1,6 +1,8 @@
 """Training and playing from Python: hogwild_a3c.train / load_policy / evaluate."""
+import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +15,7 @@ import torch
 
 import hogwild_a3c
 from hogwild_a3c.checkpoint import save_checkpoint
-from hogwild_a3c.config import Config
+from hogwild_a3c.config import Config, config_from_dict
 from hogwild_a3c.envs import register_atari
 from hogwild_a3c.model import build_model
 from tests.conftest import REPO
@@ -94,3 +96,68 @@ def test_ctrl_c_stops_a_run_started_from_python_cleanly(tmp_path):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
     assert "RESULT 130 interrupted (SIGINT)" in out and "Traceback" not in out
+
+
+BOOL_FIELDS = [f.name for f in dataclasses.fields(Config) if f.type in ("bool", bool)]
+
+
+@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize("name", BOOL_FIELDS)
+def test_every_bool_setting_is_taken_as_given(name, value):
+    """False is a setting, not an absence: it must win over what the preset says."""
+    assert getattr(hogwild_a3c.resolve_config(env="CartPole-v1", **{name: value}), name) is value
+
+
+def test_false_turns_off_what_the_preset_turns_on(tmp_path):
+    assert hogwild_a3c.resolve_config(env="CartPole-v1").normalize_obs is True  # the vector preset's
+    result = hogwild_a3c.train(env="CartPole-v1", lstm_size=16, eval_episodes=0, progress=False, num_workers=0,
+                               max_steps=200, normalize_obs=False, run_dir=tmp_path / "run")
+    assert result.ok
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["normalize_obs"] is False and saved["no_progress"] is True
+    assert "obs_stats" not in torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=True)
+
+
+def test_a_config_round_trips_exactly_even_where_it_is_set_back_to_the_seeds_value(tmp_path):
+    cfg = hogwild_a3c.resolve_config(env="CartPole-v1", lstm_size=16, eval_episodes=0, no_progress=True, num_workers=0,
+                                     max_steps=200, run_dir=str(tmp_path / "run"))
+    assert cfg.preset == "vector" and cfg.lr != Config().lr
+    cfg.lr = Config().lr  # the seed's value: dropped as "not given" until the API stopped going through argv
+    cfg.normalize_reward = False
+    assert hogwild_a3c.train(cfg).ok
+    assert json.loads((tmp_path / "run" / "config.json").read_text()) == cfg.to_dict()
+    again = config_from_dict(json.loads((tmp_path / "run" / "config.json").read_text()), "config.json")
+    again.run_dir = str(tmp_path / "again")
+    assert hogwild_a3c.train(again).ok
+    assert json.loads((tmp_path / "again" / "config.json").read_text()) == again.to_dict()
+
+
+@pytest.mark.parametrize("settings, expected", [
+    (dict(max_steps="abc"), "'max_steps' must be an integer or null (got 'abc')"),
+    (dict(lr=[1]), "'lr' must be a number (got [1])"),
+    (dict(env=None), "'env' must be a string (got None)"),
+    (dict(normalize_obs=1), "'normalize_obs' must be true or false (got 1)"),
+    (dict(progress=False, no_progress=False), "give progress= or no_progress=, not both"),
+])
+def test_settings_of_the_wrong_type_raise_value_error(tmp_path, settings, expected):
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        hogwild_a3c.train(**{"env": "CartPole-v1", **settings}, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.timeout(120)
+def test_a_script_without_the_main_guard_gets_one_error_and_no_extra_runs(tmp_path):
+    """The spawn trap: every child imports the main script again. Without the guard each child
+    used to start a run of its own, each in a new folder."""
+    script = tmp_path / "train_it.py"
+    script.write_text(
+        "import hogwild_a3c\n"
+        "result = hogwild_a3c.train(env='CartPole-v1', lstm_size=16, num_workers=1, eval_episodes=0,"
+        " max_steps=100000, progress=False)\n"
+        "print('RESULT', result.exit_code)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=100,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert "put the call under `if __name__ == \"__main__\":`" in proc.stderr, proc.stderr[-3000:]
+    assert "RESULT 1" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert len(list((tmp_path / "runs" / "CartPole-v1").iterdir())) == 1  # the parent's run, no child's

@@ -140,8 +140,8 @@ def edit_config(key, value):
 
 
 DAMAGED = [
-    ("config.json", edit_config("lr", "abc"), "'lr' must be a float"),
-    ("config.json", edit_config("num_workers", "two"), "'num_workers' must be an int"),
+    ("config.json", edit_config("lr", "abc"), "'lr' must be a number"),
+    ("config.json", edit_config("num_workers", "two"), "'num_workers' must be an integer or null"),
     ("config.json", edit_config("lstm_size", 64), "'lstm_size' is 64 but"),
     ("config.json", edit_config("env", KeyError), "missing setting 'env'"),
     ("config.json", lambda config: [config], "expected a JSON object"),

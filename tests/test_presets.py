@@ -101,7 +101,7 @@ BAD = [
     (["--config", "{missing}"], "--config {missing}: cannot read it"),
     (["--config", "{bad_json}"], "not valid JSON"),
     (["--config", "{unknown_key}"], "unknown or disallowed key 'learning_rate'"),
-    (["--config", "{wrong_type}"], "'lr' must be a JSON number"),
+    (["--config", "{wrong_type}"], "'lr' must be a number"),
     (["--config", "{bad_preset}"], "--preset nope: no such preset"),
     (["--core", "gru"], "--core"),
 ]
@@ -171,3 +171,14 @@ def test_mean_reduction_is_the_sum_over_the_batch_size():
 def test_resolve_names_the_preset_it_applied():
     values, errors = resolve({"env": "CartPole-v1"})
     assert not errors and values["preset"] == "vector"
+
+
+def test_a_config_file_may_set_every_optional_setting_and_null(tmp_path):
+    """Optional settings (`int | None`) used to fail with KeyError 'int | None', whatever the value."""
+    settings = {"max_steps": 20000, "num_workers": 1, "max_seconds": 30, "target_return": 100,
+                "run_dir": str(tmp_path / "run")}
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({**settings, "max-seconds": None}))
+    values, errors = resolve({"config": str(path), "env": "CartPole-v1"})
+    assert errors == [] and values["max_steps"] == 20000 and values["max_seconds"] is None
+    assert isinstance(values["target_return"], float) and values["num_workers"] == 1
