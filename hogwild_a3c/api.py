@@ -174,7 +174,13 @@ class Policy:
         if obs.shape != self.env_info.obs_shape:
             raise ValueError(f"observation of shape {obs.shape}; this policy takes {self.env_info.obs_shape} "
                              "(use the env from make_env())")
-        return torch.from_numpy(obs.astype(np.float32, copy=False)[None])
+        obs = obs.astype(np.float32, copy=False)
+        if not np.isfinite(obs).all():
+            # A NaN reaches the logits as NaN, and sampling from NaN logits quietly returns action 0.
+            raise ValueError(f"observation holds {'NaN' if np.isnan(obs).any() else 'inf'} at index "
+                             f"{tuple(int(i) for i in np.argwhere(~np.isfinite(obs))[0])}; a policy acts only on "
+                             "finite observations")
+        return torch.from_numpy(obs[None])
 
     @torch.no_grad()
     def act(self, obs: Any, state: State, greedy: bool = False,

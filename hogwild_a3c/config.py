@@ -235,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+MAX_SEED = 2**32 - 1
+
+
 def validate(cfg: Config, resuming: bool = False) -> list[str]:
     """Every problem with `cfg`, one line each, naming the flag and what would be valid."""
     errors = []
@@ -245,7 +248,8 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
 
     need(cfg.num_workers is None or cfg.num_workers >= 0, "num_workers", "an integer >= 0", cfg.num_workers)
     need(cfg.envs_per_worker >= 1, "envs_per_worker", "an integer >= 1", cfg.envs_per_worker)
-    need(cfg.seed >= 0, "seed", "an integer >= 0", cfg.seed)
+    # Each worker's seed is derived from this one, and torch takes seeds of 64 bits at most.
+    need(0 <= cfg.seed <= MAX_SEED, "seed", f"an integer from 0 to {MAX_SEED}", cfg.seed)
     need(cfg.max_steps is None or cfg.max_steps > 0, "max_steps", "a positive integer", cfg.max_steps)
     need(cfg.max_seconds is None or cfg.max_seconds > 0, "max_seconds", "a positive number", cfg.max_seconds)
     need(cfg.rollout_steps >= 1, "rollout_steps", "an integer >= 1", cfg.rollout_steps)

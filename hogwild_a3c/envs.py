@@ -318,6 +318,9 @@ class EnvInfo:
 
 def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: str = "fast") -> EnvInfo:
     """Make the env once, check the model can train on it, and return what the model needs."""
+    steps = (env_kwargs or {}).get("max_episode_steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise EnvSpecError(f"--env-kwargs max_episode_steps must be an integer >= 1 (got {steps!r})")
     try:
         env = make_env(env_id, env_kwargs, frame=frame)
     except ModuleNotFoundError as exc:
@@ -327,6 +330,10 @@ def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: s
         raise EnvSpecError(f"--env '{env_id}': {message.rstrip('.') + hint if hint else message}") from None
     except TypeError as exc:
         raise EnvSpecError(_kwargs_error(env_id, env_kwargs or {}, exc)) from None
+    except ValueError as exc:  # an env's own check of its arguments
+        given = " ".join(f"{key}={value!r}" for key, value in (env_kwargs or {}).items())
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise EnvSpecError(f"--env '{env_id}'{' --env-kwargs ' + given if given else ''}: {reason}") from None
     try:
         if not isinstance(env.action_space, gym.spaces.Discrete):
             raise EnvSpecError(

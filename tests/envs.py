@@ -14,6 +14,8 @@ class CountingEnv(gym.Env):
     """Observation [steps into the episode, 1.0]; episodes last `length` steps, reward 1 per step."""
 
     def __init__(self, length: int = 7, truncate: bool = False):
+        if length < 1:  # an env's own check of its arguments, as Gymnasium's wrappers make them
+            raise ValueError(f"length must be >= 1, got {length}")
         self.length = length
         self.truncate = truncate
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)

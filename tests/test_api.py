@@ -161,3 +161,16 @@ def test_a_script_without_the_main_guard_gets_one_error_and_no_extra_runs(tmp_pa
     assert "put the call under `if __name__ == \"__main__\":`" in proc.stderr, proc.stderr[-3000:]
     assert "RESULT 1" in proc.stdout, proc.stdout + proc.stderr[-3000:]
     assert len(list((tmp_path / "runs" / "CartPole-v1").iterdir())) == 1  # the parent's run, no child's
+
+
+def test_a_nan_observation_is_refused_not_played_as_action_0(tmp_path):
+    cfg = Config(env="CartPole-v1", lstm_size=8)
+    model = build_model((4,), 2, cfg)
+    save_checkpoint(tmp_path, {"model": model.state_dict(), "config": cfg.to_dict(), "global_step": 0}, 0)
+    policy = hogwild_a3c.load_policy(tmp_path / "latest.pt")
+    state = policy.initial_state()
+    policy.act(np.zeros(4), state)
+    with pytest.raises(ValueError, match=r"observation holds NaN at index \(2,\)"):
+        policy.act(np.array([0.0, 0.0, np.nan, 0.0]), state)
+    with pytest.raises(ValueError, match="observation holds inf"):
+        policy.act(np.array([np.inf, 0.0, 0.0, 0.0]), state)

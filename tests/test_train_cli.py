@@ -76,6 +76,12 @@ BAD_INPUTS = [
     (["--gamma", "1.5"], "--gamma must be in (0, 1]"),
     (["--target-return", "1", "--eval-episodes", "0"], "--target-return needs evaluations"),
     (["--resume", "/nonexistent/run"], "--resume /nonexistent/run"),
+    # Values that used to reach the machine unchecked (a traceback, or silently wrong episodes):
+    (["--env", "CartPole-v1", "--seed", str(2**64)], "--seed must be an integer from 0 to 4294967295"),
+    (["--env", "CartPole-v1", "--env-kwargs", "max_episode_steps=0"], "max_episode_steps must be an integer >= 1"),
+    (["--env", "CartPole-v1", "--env-kwargs", "max_episode_steps=True"], "max_episode_steps must be an integer >= 1"),
+    (["--env", "tests.envs:Counting-v0", "--env-kwargs", "length=0"], "--env-kwargs length=0: length must be >= 1"),
+    (["--env", "CartPole-v1", "--num-workers", "100000"], "--num-workers 100000 needs about"),
 ]
 
 
@@ -86,6 +92,12 @@ def test_bad_input_is_one_clear_line_and_exit_2(argv, expected, capsys, tmp_path
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: ") and expected in err[0], err
     assert not (tmp_path / "r").exists()
+
+
+def test_an_absurd_learning_rate_is_warned_about(tmp_path, capsys):
+    assert train.main([*TINY, "--num-workers", "0", "--max-steps", "50", "--eval-episodes", "0", "--lr", "1e30",
+                       "--run-dir", str(tmp_path / "r")]) == 0
+    assert "warning: --lr 1e+30 is far above" in capsys.readouterr().err
 
 
 def test_every_config_error_is_reported_at_once(capsys):
