@@ -11,7 +11,6 @@ session number, the best evaluation return and the config.
 """
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from .files import WriteError, describe_failure, temp_path
 
 if TYPE_CHECKING:
     from .config import Config
@@ -32,6 +33,10 @@ NUMBERED = re.compile(r"^ckpt-(\d+)\.pt$")
 
 class CheckpointError(RuntimeError):
     """A checkpoint file that cannot be used; the message names the file."""
+
+
+class CheckpointWriteError(CheckpointError, WriteError):
+    """A checkpoint that could not be written (a full disk, a read-only folder); one line."""
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -49,47 +54,51 @@ def _fsync_dir(folder: Path) -> None:
 
 def atomic_save(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A dot-prefixed name never matches NUMBERED or latest.pt, so a temp file left by a kill
-    # is never taken for a checkpoint.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # Only the last folder is made: a run directory deleted during the run must not come back
+    # as a shell of checkpoints/ that --resume refuses.
+    tmp = temp_path(path)
     try:
+        path.parent.mkdir(exist_ok=True)
         with open(tmp, "wb") as f:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except (OSError, RuntimeError) as exc:
-        raise CheckpointError(_write_failure(path, exc)) from None
+        raise CheckpointWriteError(describe_failure(path, exc)) from None
     finally:
-        if tmp.is_symlink() or tmp.exists():
-            tmp.unlink()
+        try:
+            if tmp.is_symlink() or tmp.exists():
+                tmp.unlink()
+        except OSError:  # a read-only folder: the temp file stays, and the next resume removes it
+            pass
     _fsync_dir(path.parent)
     return path
 
 
-def _write_failure(path: Path, exc: BaseException) -> str:
-    # torch reports a short write on a full disk as "enforce fail ... unexpected pos".
-    if (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or "unexpected pos" in str(exc):
-        return f"no space left on device while writing {path}"
-    if isinstance(exc, OSError):
-        return f"cannot write {path}: {exc.strerror or exc}"
-    return f"cannot write {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+_write_failure = describe_failure  # the one-line message, for callers of the old name
 
 
 def _point_latest(target: Path) -> None:
     """latest.pt becomes a hard link to `target` (a copy where links are unsupported), atomically."""
     latest = target.with_name("latest.pt")
-    tmp = target.with_name(f".latest.pt.{os.getpid()}.tmp")
-    if tmp.exists():
-        tmp.unlink()
+    tmp = temp_path(latest)
     try:
-        os.link(target, tmp)
-    except OSError:
-        import shutil
+        if tmp.exists():
+            tmp.unlink()
+        try:
+            os.link(target, tmp)
+        except OSError:
+            import shutil
 
-        shutil.copyfile(target, tmp)
-    os.replace(tmp, latest)
+            shutil.copyfile(target, tmp)
+        os.replace(tmp, latest)
+    except OSError as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise CheckpointWriteError(describe_failure(latest, exc)) from None
     _fsync_dir(target.parent)
 
 
@@ -99,7 +108,10 @@ def save_checkpoint(folder: str | os.PathLike, payload: dict[str, Any], step: in
     target = atomic_save(payload, folder / f"ckpt-{step:012d}.pt")
     _point_latest(target)
     for old in numbered_checkpoints(folder)[keep:]:
-        old.unlink(missing_ok=True)
+        try:
+            old.unlink(missing_ok=True)
+        except OSError as exc:
+            raise CheckpointWriteError(describe_failure(old, exc)) from None
     return target
 
 
