@@ -1,22 +1,26 @@
 """The run's own files failing, injected for real: a disk that fills mid-run, a run directory
 made read-only or deleted mid-run, temp files left by saves killed with `kill -9`, a session
-killed with `kill -9` that meta.json still calls running.
+killed with `kill -9` that meta.json still calls running, and crafted or damaged checkpoints.
 Timeouts bound everything; nothing asserts speed."""
 import errno
 import json
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import zipfile
+from pathlib import Path
 
 import pytest
+import torch
 
-from hogwild_a3c import train
-from hogwild_a3c.checkpoint import load_checkpoint
+from hogwild_a3c import evaluate, train
+from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tests.conftest import REPO
 from tests.test_faults import finish, last_session, start_run, training_started, wait_for
-from tests.test_faults_data import serial_run
+from tests.test_faults_data import one_error_line, serial_run
 
 ROOT = os.geteuid() == 0
 KILLED = "killed or crashed (no clean end recorded)"  # meta.json's words, a contract
@@ -193,3 +197,83 @@ def test_resume_records_a_killed_session_as_ended_with_its_last_known_step(tmp_p
     else:
         assert killed["global_step_end_from"].startswith("the newest checkpoint")
     assert resumed["ended"] == "max_steps" and resumed["global_step_start"] == checkpoint_step
+
+
+# -- crafted or damaged checkpoints --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    return serial_run(tmp_path_factory.mktemp("finished") / "run")
+
+
+def with_optimizer(change):
+    def craft(payload):
+        change(payload["optimizer"])
+        return payload
+    return craft
+
+
+def first_state(change):
+    return with_optimizer(lambda optimizer: change(optimizer["states"][0]))
+
+
+CRAFTED = {
+    "optimizer of the wrong shape": (
+        first_state(lambda state: state["exp_avg"].__setitem__(0, torch.zeros(3, 3))), "exp_avg[0] is (3, 3)"),
+    "empty optimizer list": (with_optimizer(lambda optimizer: optimizer.update(states=[])), "no optimizer statistics"),
+    "NaN Adam moments": (
+        first_state(lambda state: state["exp_avg_sq"][0].fill_(float("nan"))), "exp_avg_sq[0] is"),
+    "counter of the wrong type": (lambda p: {**p, "counters": {**p["counters"], "updates": "12"}}, "counter 'updates'"),
+    "negative counter": (lambda p: {**p, "counters": {**p["counters"], "env_errors": -1}}, "counter 'env_errors'"),
+    "negative step": (lambda p: {**p, "global_step": -5}, "global_step is -5"),
+    "step of the wrong type": (lambda p: {**p, "global_step": 5.5}, "global_step is 5.5"),
+    "NaN elapsed time": (lambda p: {**p, "elapsed_s": math.nan}, "elapsed_s is nan"),
+    "NaN best return": (lambda p: {**p, "best_eval_return": math.nan}, "best_eval_return is nan"),
+    "NaN weights": (lambda p: {**p, "model": {k: v.clone().fill_(math.nan) if v.is_floating_point() else v
+                                              for k, v in p["model"].items()}}, "holds NaN or inf"),
+}
+
+
+@pytest.mark.parametrize("damage", list(CRAFTED))
+def test_resume_from_a_crafted_checkpoint_is_one_line_naming_it(tmp_path, capsys, finished_run, damage):
+    run_dir = Path(shutil.copytree(finished_run, tmp_path / "run"))
+    craft, expected = CRAFTED[damage]
+    payload = craft(load_checkpoint(run_dir / "checkpoints" / "latest.pt"))
+    for path in (run_dir / "checkpoints").glob("*.pt"):
+        path.unlink()
+    save_checkpoint(run_dir / "checkpoints", payload, 200)
+    capsys.readouterr()
+    assert train.main(["--resume", str(run_dir), "--max-steps", "400", "--no-progress"]) == 2
+    line = one_error_line(capsys)
+    assert "latest.pt: " in line and expected in line, line
+
+
+def test_evaluate_refuses_nan_weights_in_one_line(tmp_path, capsys, finished_run):
+    payload = load_checkpoint(finished_run / "checkpoints" / "latest.pt")
+    payload["model"] = {k: v.clone().fill_(math.inf) if v.is_floating_point() else v for k, v in payload["model"].items()}
+    save_checkpoint(tmp_path / "nan", payload, 1)
+    capsys.readouterr()
+    assert evaluate.main([str(tmp_path / "nan" / "latest.pt"), "--episodes", "1"]) == 2
+    assert "latest.pt: its model's" in one_error_line(capsys)
+
+
+def test_a_checkpoint_that_would_inflate_is_refused_before_loading(tmp_path):
+    """torch stores archive members uncompressed; one rewritten with compressed zeros declares
+    far more than its own size, and is refused from its directory before anything is unpacked."""
+    plain = tmp_path / "plain.pt"
+    save_checkpoint(tmp_path, {"global_step": 1, "w": torch.zeros(8 << 20)}, 1)  # 32 MB of zeros
+    shutil.copy(tmp_path / "latest.pt", plain)
+    bomb = tmp_path / "bomb.pt"
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        for member in src.infolist():
+            dst.writestr(member.filename, src.read(member))
+    assert bomb.stat().st_size < 1 << 20
+    with pytest.raises(CheckpointError, match=r"bomb\.pt: refused: its archive declares 33,5\d\d,\d\d\d bytes unpacked"):
+        load_checkpoint(bomb)
+    assert load_checkpoint(plain)["global_step"] == 1  # what torch.save wrote passes
+
+
+def test_a_negative_step_is_never_saved(tmp_path):
+    with pytest.raises(ValueError, match="step must be an integer >= 0"):
+        save_checkpoint(tmp_path, {"global_step": -5}, -5)
+    assert not list(tmp_path.iterdir())
