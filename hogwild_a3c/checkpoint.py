@@ -11,16 +11,18 @@ session number, the best evaluation return and the config.
 """
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
 import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+
+from .files import WriteError, describe_failure, temp_path
 
 if TYPE_CHECKING:
     from .config import Config
@@ -32,6 +34,10 @@ NUMBERED = re.compile(r"^ckpt-(\d+)\.pt$")
 
 class CheckpointError(RuntimeError):
     """A checkpoint file that cannot be used; the message names the file."""
+
+
+class CheckpointWriteError(CheckpointError, WriteError):
+    """A checkpoint that could not be written (a full disk, a read-only folder); one line."""
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -49,57 +55,66 @@ def _fsync_dir(folder: Path) -> None:
 
 def atomic_save(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A dot-prefixed name never matches NUMBERED or latest.pt, so a temp file left by a kill
-    # is never taken for a checkpoint.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # Only the last folder is made: a run directory deleted during the run must not come back
+    # as a shell of checkpoints/ that --resume refuses.
+    tmp = temp_path(path)
     try:
+        path.parent.mkdir(exist_ok=True)
         with open(tmp, "wb") as f:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except (OSError, RuntimeError) as exc:
-        raise CheckpointError(_write_failure(path, exc)) from None
+        raise CheckpointWriteError(describe_failure(path, exc)) from None
     finally:
-        if tmp.is_symlink() or tmp.exists():
-            tmp.unlink()
+        try:
+            if tmp.is_symlink() or tmp.exists():
+                tmp.unlink()
+        except OSError:  # a read-only folder: the temp file stays, and the next resume removes it
+            pass
     _fsync_dir(path.parent)
     return path
 
 
-def _write_failure(path: Path, exc: BaseException) -> str:
-    # torch reports a short write on a full disk as "enforce fail ... unexpected pos".
-    if (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or "unexpected pos" in str(exc):
-        return f"no space left on device while writing {path}"
-    if isinstance(exc, OSError):
-        return f"cannot write {path}: {exc.strerror or exc}"
-    return f"cannot write {path}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+_write_failure = describe_failure  # the one-line message, for callers of the old name
 
 
 def _point_latest(target: Path) -> None:
     """latest.pt becomes a hard link to `target` (a copy where links are unsupported), atomically."""
     latest = target.with_name("latest.pt")
-    tmp = target.with_name(f".latest.pt.{os.getpid()}.tmp")
-    if tmp.exists():
-        tmp.unlink()
+    tmp = temp_path(latest)
     try:
-        os.link(target, tmp)
-    except OSError:
-        import shutil
+        if tmp.exists():
+            tmp.unlink()
+        try:
+            os.link(target, tmp)
+        except OSError:
+            import shutil
 
-        shutil.copyfile(target, tmp)
-    os.replace(tmp, latest)
+            shutil.copyfile(target, tmp)
+        os.replace(tmp, latest)
+    except OSError as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise CheckpointWriteError(describe_failure(latest, exc)) from None
     _fsync_dir(target.parent)
 
 
 def save_checkpoint(folder: str | os.PathLike, payload: dict[str, Any], step: int, keep: int = 3) -> Path:
     folder = Path(folder)
+    if not isinstance(step, int) or step < 0:
+        raise ValueError(f"a checkpoint's step must be an integer >= 0 (got {step!r})")
     payload = {"format": FORMAT, **payload}
     target = atomic_save(payload, folder / f"ckpt-{step:012d}.pt")
     _point_latest(target)
     for old in numbered_checkpoints(folder)[keep:]:
-        old.unlink(missing_ok=True)
+        try:
+            old.unlink(missing_ok=True)
+        except OSError as exc:
+            raise CheckpointWriteError(describe_failure(old, exc)) from None
     return target
 
 
@@ -118,6 +133,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: no such checkpoint file")
     if _is_json(path):  # config.json or meta.json given by mistake: not a damaged checkpoint
         raise CheckpointError(f"{path}: not a checkpoint (a JSON file; checkpoints are the .pt files in checkpoints/)")
+    _check_archive(path)
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means "not usable"
@@ -134,6 +150,33 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a hogwild_a3c checkpoint (expected format {FORMAT!r})")
     return payload
+
+
+def inflation_cap(file_size: int) -> int:
+    """The most bytes a checkpoint's archive may declare its members to hold once unpacked.
+
+    `torch.save` stores every member uncompressed, so a file it wrote declares at most its own
+    size; twice that plus 1 MiB leaves room for a file that was re-zipped with compression, and
+    bounds what `torch.load` allocates to about that. A crafted archive of compressed zeros (1 MB
+    on disk, a GB unpacked) is refused before anything is unpacked."""
+    return 2 * file_size + (1 << 20)
+
+
+def _check_archive(path: Path) -> None:
+    try:
+        size = path.stat().st_size
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(f"{path}: not a readable checkpoint (corrupt or truncated: {reason[:160]})") from None
+    declared = sum(member.file_size for member in members)
+    if declared > inflation_cap(size):
+        raise CheckpointError(
+            f"{path}: refused: its archive declares {declared:,} bytes unpacked from {size:,} on disk (more than "
+            f"{inflation_cap(size):,}: twice its size plus 1 MiB); torch writes checkpoints uncompressed, so this "
+            "one was crafted or damaged"
+        )
 
 
 def _is_json(path: Path) -> bool:
@@ -247,22 +290,95 @@ class Progress:
 
 
 def check_training_payload(payload: dict[str, Any], path: Path, model: torch.nn.Module) -> None:
-    """One line naming the file when a checkpoint cannot restore `model`'s training state."""
+    """One line naming the file when a checkpoint cannot restore `model`'s training state.
+
+    Everything `restore_training` will use is checked here, before any of it is: a crafted or
+    damaged file gets this line, never a traceback, a NaN clock that ignores --max-seconds or a
+    negative step."""
     missing = [k for k in ("model", "optimizer", "global_step", "elapsed_s", "session", "best_eval_return", "counters")
                if k not in payload]
     if missing:
         raise CheckpointError(f"{path}: not a training checkpoint (no {', '.join(missing)})")
     check_model_fits(payload, path, model)
+    problem = _progress_problem(payload) or _optimizer_problem(payload["optimizer"], list(model.parameters()))
+    if problem:
+        raise CheckpointError(f"{path}: damaged or crafted training checkpoint: {problem}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _progress_problem(payload: dict[str, Any]) -> str | None:
+    for key in ("global_step", "session"):
+        if not _is_int(payload[key]) or payload[key] < 0:
+            return f"{key} is {payload[key]!r}, not an integer >= 0"
+    elapsed = payload["elapsed_s"]
+    if not _is_number(elapsed) or not math.isfinite(elapsed) or elapsed < 0:
+        return f"elapsed_s is {elapsed!r}, not a finite number of seconds >= 0"
+    best = payload["best_eval_return"]
+    # -inf is what a run that never evaluated saves.
+    if not _is_number(best) or math.isnan(best) or best == math.inf:
+        return f"best_eval_return is {best!r}, not a number (or -inf)"
+    counters = payload["counters"]
+    if not isinstance(counters, dict):
+        return f"counters is {type(counters).__name__}, not a dict"
+    for name, value in counters.items():
+        if not isinstance(name, str) or not _is_int(value) or value < 0:
+            return f"counter {name!r} is {value!r}, not an integer >= 0"
+    return None
+
+
+def _optimizer_problem(optimizer: Any, params: list[torch.Tensor]) -> str | None:
+    if not isinstance(optimizer, dict) or optimizer.get("kind") not in ("adam", "shared-adam"):
+        return "its optimizer is not a record of kind adam or shared-adam"
+    states = optimizer.get("states")
+    if not isinstance(states, list) or not states:
+        return "it holds no optimizer statistics (an empty list)"
+    for i, state in enumerate(states):
+        if not isinstance(state, dict):
+            return f"optimizer state {i} is not a record"
+        step = state.get("step")
+        if not _tensor_like(step, (len(params),), torch.float32) or not bool((step >= 0).all()):
+            return f"optimizer state {i}: its step counters are not {len(params)} finite numbers >= 0"
+        for key in ("exp_avg", "exp_avg_sq"):
+            tensors = state.get(key)
+            if not isinstance(tensors, list) or len(tensors) != len(params):
+                return f"optimizer state {i}: {key} is not a list of {len(params)} tensors"
+            for j, (tensor, param) in enumerate(zip(tensors, params)):
+                if not _tensor_like(tensor, tuple(param.shape), param.dtype):
+                    shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+                    return (f"optimizer state {i}: {key}[{j}] is {shape}, not a finite {param.dtype} tensor of "
+                            f"shape {tuple(param.shape)}")
+                if key == "exp_avg_sq" and not bool((tensor >= 0).all()):
+                    return f"optimizer state {i}: exp_avg_sq[{j}] has negative entries (a second moment cannot)"
+    return None
+
+
+def _tensor_like(value: Any, shape: tuple[int, ...], dtype: torch.dtype) -> bool:
+    return (isinstance(value, torch.Tensor) and tuple(value.shape) == shape and value.dtype == dtype
+            and not value.is_sparse and bool(torch.isfinite(value).all()))
 
 
 def check_model_fits(payload: dict[str, Any], path: Path, model: torch.nn.Module) -> None:
-    """One line naming the file when the checkpoint's weights cannot load into `model`."""
+    """One line naming the file when the checkpoint's weights cannot load into `model`, or
+    hold NaN or inf (a policy that would act on garbage)."""
     if "model" not in payload:
         raise CheckpointError(f"{path}: holds no model weights")
-    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    expected = model.state_dict()
     saved = payload["model"]
-    if not isinstance(saved, dict) or {k: tuple(getattr(v, "shape", ())) for k, v in saved.items()} != expected:
+    if (not isinstance(saved, dict) or set(saved) != set(expected)
+            or any(not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(expected[k].shape) for k, v in saved.items())):
         raise CheckpointError(f"{path}: its model does not fit this config (another --lstm-size, env or model?)")
+    for name, tensor in saved.items():
+        if tensor.dtype != expected[name].dtype:
+            raise CheckpointError(f"{path}: its model's {name} is {tensor.dtype}, not {expected[name].dtype}")
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise CheckpointError(f"{path}: its model's {name} holds NaN or inf; refusing to use these weights")
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ import torch
 from .checkpoint import save_best
 from .config import Config
 from .envs import EnvInfo, make_env
+from .files import WriteError
 from .lstm_watch import LstmWatch
 from .model import ActorCritic, State, build_model
 from .shared import EvaluatorLink
@@ -75,6 +76,7 @@ class Evaluator:
         self.env.reset(seed=seed)  # seeds the env's generator once; later resets continue it
         self.run_dir = Path(run_dir)
         self.best_return = best_return
+        self.write_failed = False
 
     def _alive_and_not_stopping(self) -> bool:
         self.link.heartbeat()
@@ -95,9 +97,15 @@ class Evaluator:
             if watch is not None:
                 watch.episode_ended()
         mean = float(np.mean([r for r, _ in episodes]))
-        if mean > self.best_return:
-            self.best_return = mean
-            save_best(self.run_dir, self.model, global_step, mean, self.cfg)
+        if mean > self.best_return and not self.write_failed:
+            try:
+                save_best(self.run_dir, self.model, global_step, mean, self.cfg)
+                self.best_return = mean
+            except WriteError as exc:
+                # Not a crash to restart from: the main process stops the run on this line, as
+                # for any file it cannot write. Once is enough; the evaluator goes on till then.
+                self.write_failed = True
+                self.link.report_write_failure(str(exc))
         self.link.report_evaluation(global_step, episodes, None if watch is None else watch.health())
         return True
 

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from .files import WriteError, temp_path, writing
+
 EPISODES_COLUMNS = ("time_s", "global_step", "worker", "episode_return", "episode_length")
 EVAL_COLUMNS = ("time_s", "global_step", "episode_return", "episode_length")
 PROGRESS_COLUMNS = (
@@ -60,14 +62,22 @@ class CsvLog:
             self._file.flush()
 
     def write(self, **row: Any) -> None:
-        self._writer.writerow([_format(row[c]) for c in self.columns])
-        self._file.flush()
+        with writing(self.path):
+            self._writer.writerow([_format(row[c]) for c in self.columns])
+            self._file.flush()
 
     def close(self) -> None:
-        if not self._file.closed:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
+        if self._file.closed:
+            return
+        try:
+            with writing(self.path):
+                self._file.flush()
+                os.fsync(self._file.fileno())
+        finally:
+            try:
+                self._file.close()  # the descriptor is closed even when the last flush fails
+            except OSError:
+                pass
 
 
 def _format(value: Any) -> Any:
@@ -77,15 +87,39 @@ def _format(value: Any) -> Any:
 
 
 def write_json(path: str | os.PathLike, data: dict) -> None:
-    """Atomic: a crash mid-write leaves the old file."""
+    """Atomic: a crash mid-write leaves the old file. Raises WriteError (one line)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp = temp_path(path)
+    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    try:
+        with writing(path):
+            with open(tmp, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+    except WriteError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
+
+
+def rewrite_json_in_place(path: str | os.PathLike, data: dict) -> None:
+    """The last resort when `write_json` cannot make its temp file (a folder that takes no new
+    file, a disk with no free block): overwrite the existing file's own blocks. Not atomic, so
+    only for a session's last write; a crash in it leaves a file that --resume names as damaged."""
+    path = Path(path)
+    encoded = (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode()
+    with writing(path):
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, encoded, 0)
+            os.ftruncate(fd, len(encoded))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:

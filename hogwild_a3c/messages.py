@@ -39,4 +39,12 @@ class ChildRaised:
     traceback: str
 
 
-Message = EpisodeEnded | Evaluated | ChildRaised
+@dataclass(frozen=True)
+class WriteFailed:
+    """A child could not write a run file (the evaluator's best.pt): the run stops on it."""
+
+    role: str
+    message: str  # one line naming the file, from `files.describe_failure`
+
+
+Message = EpisodeEnded | Evaluated | ChildRaised | WriteFailed

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .lstm_watch import LstmHealth
-from .messages import EpisodeEnded, Evaluated
+from .messages import EpisodeEnded, Evaluated, WriteFailed
 
 # Columns of the per-worker statistics table (float64, one row per worker slot). Each worker
 # writes only its own row, so no lock is needed; the main process reads every row.
@@ -285,12 +285,14 @@ class HogwildLink:
 
 class EvaluatorLink(Protocol):
     """What the evaluator does to the training state: `snapshot(model)` copies the current
-    weights into its own model, `global_step()`, `report_evaluation(...)`, `heartbeat()` and
+    weights into its own model, `global_step()`, `report_evaluation(...)`,
+    `report_write_failure(message)` (best.pt could not be written), `heartbeat()` and
     `should_stop()` as for workers."""
 
     def snapshot(self, model: nn.Module) -> None: ...
     def global_step(self) -> int: ...
     def report_evaluation(self, global_step: int, episodes: list[tuple[float, int]], lstm: LstmHealth | None = None) -> None: ...
+    def report_write_failure(self, message: str) -> None: ...
     def heartbeat(self) -> None: ...
     def should_stop(self) -> bool: ...
 
@@ -310,6 +312,9 @@ class HogwildEvaluatorLink:
 
     def report_evaluation(self, global_step: int, episodes: list[tuple[float, int]], lstm: LstmHealth | None = None) -> None:
         self.reports.send(Evaluated(global_step, time.time(), tuple(episodes), lstm))
+
+    def report_write_failure(self, message: str) -> None:
+        self.reports.send(WriteFailed("evaluator", message))
 
     def heartbeat(self) -> None:
         self.shared.heartbeats[self.shared.evaluator_slot] = time.time()

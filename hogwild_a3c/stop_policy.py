@@ -3,7 +3,8 @@
 A run stops at the first of: a budget (`--max-steps`, `--max-seconds`), the target
 (`--target-return`, over the last `--eval-episodes` evaluation returns), a signal, or a failure
 (a child that died beyond the restart policy, non-finite shared weights, a worker that skipped
-`--max-skipped-updates` updates in a row, a checkpoint that cannot be written). The first
+`--max-skipped-updates` updates in a row, a run file that cannot be written: a checkpoint,
+best.pt, meta.json, a CSV row, a log line; a run directory deleted during the run). The first
 reason given is the one recorded, except that a failure outranks a budget or target reached. Exit status: 0 budget or target, 1 failure, 130 SIGINT,
 143 SIGTERM (2, bad input, never gets this far).
 """

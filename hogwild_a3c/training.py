@@ -25,11 +25,12 @@ from .checkpoint import (CheckpointError, Progress, check_training_payload, load
                          save_checkpoint, training_payload)
 from .config import Config, build_parser
 from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env
-from .messages import ChildRaised, EpisodeEnded, Evaluated, Message
+from .files import DirectoryWatch, WriteError, remove_stale_temp_files
+from .messages import ChildRaised, EpisodeEnded, Evaluated, Message, WriteFailed
 from .model import build_model
 from .nodes import Node
 from .process import flush_denormals, rss_mb
-from .recorder import Recorder
+from .recorder import KILLED, Recorder, close_dead_sessions
 from .rundir import (ConfigError, RunDirLock, check_new_location, check_same_experiment, default_run_dir, make_run_dir,
                      read_meta, resolve_new, resolve_resume)
 from .shared import STAT, SharedState
@@ -38,6 +39,7 @@ from .supervisor import Hooks, make_children
 
 COUNTERS = ("updates", "skipped_updates", "env_errors", "worker_restarts")
 OVERSUBSCRIBED = 2  # workers per core beyond which a run is warned about
+RUN_DIR_CHECK_S = 1.0  # how often the loop makes sure the run directory is still there
 
 
 @dataclass
@@ -50,6 +52,7 @@ class Prepared:
     lock: RunDirLock
     payload: dict | None = None
     meta: dict | None = None
+    checkpoint: Path | None = None  # the file `payload` was read from
     node: Node | None = None  # multi-node (under torchrun): this node
 
 
@@ -123,7 +126,7 @@ def _prepare_resume(resume_dir: str, args: dict[str, Any], rejoin: bool = False)
         lock.release()
         raise
     print(f"resuming from {path} at global step {payload['global_step']}", file=sys.stderr)
-    return Prepared(cfg, env_info, run_dir, lock, payload, meta)
+    return Prepared(cfg, env_info, run_dir, lock, payload, meta, path)
 
 
 def _prepare_new(args: dict[str, Any]) -> Prepared:
@@ -230,12 +233,46 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
         from .syncer import SyncStatus  # torch.distributed loads here, in multi-node runs only
 
         shared.sync = SyncStatus.create()
-    recorder = Recorder(run_dir, cfg, prepared.meta, argv, session, shared.global_step(),
-                        node=None if node is None else dataclasses.asdict(node))
+    dead_sessions = [] if prepared.meta is None else close_dead_sessions(
+        prepared.meta, run_dir, None if prepared.payload is None else (before.global_step, prepared.checkpoint))
+    try:
+        recorder = Recorder(run_dir, cfg, prepared.meta, argv, session, shared.global_step(),
+                            node=None if node is None else dataclasses.asdict(node))
+    except WriteError as exc:  # nothing started yet: nothing to stop or save
+        torch.set_num_threads(threads_before)
+        flush_denormals(denormals_flushed_before)
+        print(f"run ended: failed: {exc} (nothing trained, exit {EXIT_FAILED})", file=sys.stderr)
+        return EXIT_FAILED
     clock = Clock(before.elapsed_s)
     policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
     state = {"best": before.best_eval_return, "latest_eval": None, "rate": 0.0, "warned_dead_lstm": False,
-             "rate_from": (time.monotonic(), shared.global_step())}
+             "rate_from": (time.monotonic(), shared.global_step()), "files_failed": None}
+
+    watch = DirectoryWatch(run_dir)
+
+    def files_failed(message: str) -> None:
+        """The run's files cannot be written (a full disk, a read-only or vanished run directory):
+        stop on the first such line; the rest say nothing new."""
+        if state["files_failed"] is not None:
+            return
+        # A write into a deleted run directory often fails before the periodic check looks.
+        problem = None if recorder.detached else watch.problem()
+        if problem is not None:
+            recorder.detach(problem)
+            message = _gone(problem)
+        state["files_failed"] = message
+        policy.fail(message)
+
+    recorder.on_write_failure = files_failed
+    for dead in dead_sessions:
+        recorder.log(f"session {dead.get('session')} (pid {dead.get('pid')}) has no clean end in meta.json: recorded it "
+                     f"as {KILLED}, last known at global step {dead['global_step_end']} ({dead['global_step_end_from']})")
+    removed, kept = remove_stale_temp_files([run_dir, run_dir / "checkpoints"])
+    if removed:
+        recorder.log(f"removed {len(removed)} temp file(s) of saves cut short by a kill: "
+                     + ", ".join(path.name for path in removed))
+    for path in kept:
+        recorder.log(f"left {path}: its writer is still running, or it could not be removed")
 
     def deliver(messages: list[Message]) -> None:
         for message in messages:
@@ -253,6 +290,8 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
                     recorder.log(message.lstm.warning(message.global_step))
             elif isinstance(message, ChildRaised):
                 recorder.error(f"{message.role} {message.rank} raised {message.summary}\n{message.traceback}")
+            elif isinstance(message, WriteFailed):
+                files_failed(message.message)
 
     hooks = Hooks(log=recorder.log, error=recorder.error, fail=policy.fail, pids_changed=recorder.child_pids,
                   best_return=lambda: state["best"], deliver=deliver)
@@ -293,8 +332,14 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
             return save_checkpoint(run_dir / "checkpoints", training_payload(weights, shared, cfg, progress),
                                    progress.global_step, cfg.keep_checkpoints)
         except CheckpointError as exc:
-            policy.fail(str(exc))
+            files_failed(str(exc))
             return None
+
+    def check_run_dir() -> None:
+        problem = None if recorder.detached else watch.problem()
+        if problem is not None:
+            recorder.detach(problem)
+            files_failed(_gone(problem))
 
     bar = None
     if not cfg.no_progress:
@@ -310,7 +355,8 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
             bar.set_postfix({"eval": f"{state['latest_eval']:.1f}"}, refresh=False)
         bar.refresh()
 
-    periodic = [Periodic(cfg.progress_interval, write_progress), Periodic(cfg.checkpoint_interval, checkpoint)]
+    periodic = [Periodic(RUN_DIR_CHECK_S, check_run_dir), Periodic(cfg.progress_interval, write_progress),
+                Periodic(cfg.checkpoint_interval, checkpoint)]
     previous = {sig: signal.signal(sig, lambda signum, _frame: policy.on_signal(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     recorder.log(f"run directory: {run_dir}")
@@ -334,7 +380,8 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
         if not policy.stopping:
             policy.stop("stopped")
         # Each step runs even if one before it failed: a failing save must not skip the flush.
-        for step in (lambda: children.stop(deliver, lambda: policy.fast), write_progress, _final(checkpoint, recorder),
+        for step in (lambda: children.stop(deliver, lambda: policy.fast), check_run_dir, write_progress,
+                     _final(checkpoint, recorder, lambda: state["files_failed"]),
                      lambda: recorder.end_session(policy.reason, policy.exit_code, shared.global_step(), clock.time_s()),
                      recorder.close):
             try:
@@ -346,6 +393,10 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
                     recorder.error(message)
                 except Exception:  # noqa: BLE001 - the recorder itself may be what failed
                     print(message, file=sys.stderr)
+        watch.close()
+        # The recorder and the stop policy point at each other: without this the shared memory
+        # of the run would live on until the garbage collector finds the cycle.
+        recorder.on_write_failure = _ignore
         if bar is not None:
             bar.close()
         for sig, handler in previous.items():
@@ -356,8 +407,21 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
     return policy.exit_code
 
 
-def _final(checkpoint: Callable[[], Path | None], recorder: Recorder) -> Callable[[], None]:
+def _gone(problem: str) -> str:
+    return f"{problem}; stopping without writing anything more there"
+
+
+def _ignore(_message: str) -> None:
+    pass
+
+
+def _final(checkpoint: Callable[[], Path | None], recorder: Recorder,
+           files_failed: Callable[[], str | None]) -> Callable[[], None]:
     def save() -> None:
+        if files_failed():
+            # The previous checkpoint stays latest.pt: on a full disk a save would only take the
+            # room kept for meta.json, and where nothing can be written it adds a second line.
+            return
         path = checkpoint()
         if path is not None:
             recorder.log(f"saved {path}")
