@@ -12,7 +12,6 @@ the result says so. Bad settings raise `ValueError` with one line per problem.
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,8 +109,7 @@ def train(config: Config | str | Path | None = None, *, resume: str | Path | Non
         code = run_training(prepared, argv)
     finally:
         prepared.lock.release()
-    session = json.loads((prepared.run_dir / "meta.json").read_text())["sessions"][-1]
-    return TrainResult(prepared.run_dir, code, session["ended"], int(session.get("global_step_end", 0)))
+    return TrainResult(prepared.run_dir, code, prepared.ended or "failed", prepared.global_step_end)
 
 
 def resolve_config(config: Config | str | Path | None = None, *, progress: bool | None = None,

@@ -54,6 +54,10 @@ class Prepared:
     meta: dict | None = None
     checkpoint: Path | None = None  # the file `payload` was read from
     node: Node | None = None  # multi-node (under torchrun): this node
+    # How the run ended, set by run_training: the Python API's answer even when the run
+    # directory (and its meta.json) could no longer be read or written at the end.
+    ended: str | None = None
+    global_step_end: int = 0
 
 
 def _describe(cfg: Config) -> EnvInfo:
@@ -242,6 +246,7 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
         torch.set_num_threads(threads_before)
         flush_denormals(denormals_flushed_before)
         print(f"run ended: failed: {exc} (nothing trained, exit {EXIT_FAILED})", file=sys.stderr)
+        prepared.ended, prepared.global_step_end = f"failed: {exc}", shared.global_step()
         return EXIT_FAILED
     clock = Clock(before.elapsed_s)
     policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
@@ -404,6 +409,7 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
         torch.set_num_threads(threads_before)
         flush_denormals(denormals_flushed_before)
     print(f"run ended: {policy.reason} (global step {shared.global_step()}, exit {policy.exit_code})", file=sys.stderr)
+    prepared.ended, prepared.global_step_end = policy.reason, shared.global_step()
     return policy.exit_code
 
 
