@@ -152,12 +152,14 @@ class ActorCritic(nn.Module):
         else:
             self.lstm = None
             head_in = self.encoder.out_features
-        # The mlp core may give the value head its own encoder (SB3's MlpPolicy does), so the
-        # value loss does not shape the policy's features.
-        separate = value_net == "separate" and core == "mlp"  # the LSTM core's state is shared by both heads
+        # The value head may have an encoder of its own (SB3's MlpPolicy does), so the value loss
+        # does not shape the policy's features: "separate" with the mlp core only (the LSTM's state
+        # is then shared, as before the choice "mlp" existed), "mlp" with either core, the value
+        # then feed-forward from the observation (an unbiased baseline without memory).
+        separate = len(obs_shape) == 1 and (value_net == "mlp" or (value_net == "separate" and core == "mlp"))
         self.value_encoder = MlpEncoder(obs_shape[0], hidden_size, activation) if separate else None
         self.policy = nn.Linear(head_in, num_actions)
-        self.value = nn.Linear(head_in, 1)
+        self.value = nn.Linear(self.encoder.out_features if separate and core == "lstm" else head_in, 1)
         _normalized_columns_(self.policy.weight, 0.01)
         _normalized_columns_(self.value.weight, 1.0)
         nn.init.zeros_(self.policy.bias)
@@ -204,8 +206,12 @@ class ActorCritic(nn.Module):
         c = torch.sigmoid(forget_gate) * c + torch.sigmoid(in_gate) * torch.tanh(cell_gate)
         h = torch.sigmoid(out_gate) * torch.tanh(c)
         logits = F.linear(h, self.policy.weight, self.policy.bias)
-        value = F.linear(h, self.value.weight, self.value.bias).squeeze(-1)
+        value_in = h if self.value_encoder is None else self._value_features(obs)
+        value = F.linear(value_in, self.value.weight, self.value.bias).squeeze(-1)
         return logits, value, (h.unsqueeze(0), c.unsqueeze(0))
+
+    def _value_features(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.value_encoder(obs if self.obs_norm is None else self.obs_norm.normalize(obs))
 
     def replay(
         self, obs: torch.Tensor, state: State, resets: torch.Tensor | None = None
@@ -234,7 +240,10 @@ class ActorCritic(nn.Module):
             out, (h, c) = self.lstm(features[start:end], (h, c))
             outputs.append(out)
         out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
-        return self.policy(out), self.value(out).squeeze(-1)
+        if self.value_encoder is None:
+            return self.policy(out), self.value(out).squeeze(-1)
+        value_in = self._value_features(obs.reshape(steps * batch, *obs.shape[2:])).reshape(steps, batch, -1)
+        return self.policy(out), self.value(value_in).squeeze(-1)
 
 
 def build_model(obs_shape: tuple[int, ...], num_actions: int, arch: Any) -> ActorCritic:

@@ -138,3 +138,40 @@ class VaryingLengthEnv(CountingEnv):
 
 if "VaryingLength-v0" not in gym.registry:
     gym.register("VaryingLength-v0", entry_point=f"{__name__}:VaryingLengthEnv")
+
+
+class CueRecallEnv(gym.Env):
+    """A task only memory solves: one of `cues` cues is shown (one-hot) at the first step, then
+    blank observations for a delay of `min_delay`..`max_delay` steps, then a "now" flag; the
+    action on that last step earns 1 if it names the cue, else 0, and ends the episode. The
+    actions before it do nothing. Without memory the best return is chance, 1 / cues."""
+
+    def __init__(self, cues: int = 4, min_delay: int = 3, max_delay: int = 12):
+        self.cues, self.min_delay, self.max_delay = cues, min_delay, max_delay
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (cues + 1,), np.float32)
+        self.action_space = gym.spaces.Discrete(cues)
+
+    def _obs(self):
+        obs = np.zeros(self.cues + 1, dtype=np.float32)
+        if self.t == 0:
+            obs[self.cue] = 1.0
+        if self.t == self.delay:
+            obs[-1] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.cue = int(self.np_random.integers(self.cues))
+        self.delay = int(self.np_random.integers(self.min_delay, self.max_delay + 1))
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        if self.t == self.delay:
+            return np.zeros(self.cues + 1, dtype=np.float32), float(action == self.cue), True, False, {}
+        self.t += 1
+        return self._obs(), 0.0, False, False, {}
+
+
+if "CueRecall-v0" not in gym.registry:
+    gym.register("CueRecall-v0", entry_point=f"{__name__}:CueRecallEnv")

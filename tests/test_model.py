@@ -1,6 +1,7 @@
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from hogwild_a3c.model import ActorCritic
@@ -75,9 +76,11 @@ def test_fresh_lstm_computes_what_the_seeds_basic_lstm_cell_computes():
     assert torch.all(zero.lstm.bias_ih_l0 == 0)
 
 
-def test_step_by_step_equals_replay_including_resets():
+@pytest.mark.parametrize("value_net", ["shared", "mlp"])
+def test_step_by_step_equals_replay_including_resets(value_net):
     torch.manual_seed(1)
-    model = ActorCritic((3,), 4, lstm_size=16)
+    model = ActorCritic((3,), 4, lstm_size=16, value_net=value_net, normalize_obs=True)
+    model.obs_norm.merge_(np.random.default_rng(0).normal(2.0, 3.0, size=(50, 3)))
     steps, batch = 9, 3
     obs = torch.randn(steps, batch, 3)
     resets = torch.zeros(steps, batch, dtype=torch.bool)
@@ -91,6 +94,26 @@ def test_step_by_step_equals_replay_including_resets():
         logits, values, state = model.step(obs[t], state)
         torch.testing.assert_close(logits, replay_logits[t], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(values, replay_values[t], rtol=1e-5, atol=1e-6)
+
+
+def test_a_value_mlp_beside_the_lstm_sees_the_observation_not_the_state():
+    """value_net="mlp": the policy reads the LSTM, the value a feed-forward MLP of its own, so
+    the value loss cannot shape the LSTM and the value does not depend on the carried state."""
+    torch.manual_seed(0)
+    model = ActorCritic((3,), 2, lstm_size=8, value_net="mlp", hidden_size=16)
+    assert model.value_encoder is not None and model.value.in_features == 16
+    obs = torch.randn(4, 3)
+    state_a = model.initial_state(4)
+    state_b = (torch.randn(1, 4, 8), torch.randn(1, 4, 8))
+    logits_a, values_a, _ = model.step(obs, state_a)
+    logits_b, values_b, _ = model.step(obs, state_b)
+    torch.testing.assert_close(values_a, values_b)
+    assert not torch.allclose(logits_a, logits_b)
+    _, values = model.replay(obs[None], state_b)
+    values.sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.lstm.parameters())
+    # "separate" keeps its meaning: with the lstm core the value is read from the LSTM, as saved runs expect.
+    assert ActorCritic((3,), 2, lstm_size=8, value_net="separate").value_encoder is None
 
 
 def test_initial_state_is_zero_and_independent():

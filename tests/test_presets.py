@@ -43,7 +43,7 @@ def test_the_seed_preset_file_says_what_the_defaults_are():
 def test_vector_observations_get_the_vector_preset(env):
     cfg = resolved(env=env)
     vector, _ = load_preset("vector")
-    assert cfg.preset in ("vector", env) and cfg.core == "mlp" and cfg.loss_reduction == "mean"
+    assert cfg.preset in ("vector", env) and cfg.core == "lstm" and cfg.lstm_size == 64 and cfg.loss_reduction == "mean"
     assert cfg.normalize_obs and cfg.normalize_reward
     assert all(getattr(cfg, k) == v for k, v in vector.items()) or cfg.preset == env
 
@@ -57,7 +57,7 @@ def test_config_file_overrides_the_preset_and_flags_override_the_file(tmp_path):
     path = tmp_path / "mine.json"
     path.write_text(json.dumps({"preset": "vector", "lr": 0.003, "envs-per-worker": 4, "gamma": 0.95}))
     cfg = resolved(env="ALE/Pong-v5", config=str(path), gamma=0.9)
-    assert cfg.preset == "vector" and cfg.core == "mlp"  # the file chose the preset
+    assert cfg.preset == "vector" and cfg.loss_reduction == "mean"  # the file chose the preset
     assert cfg.lr == 0.003 and cfg.envs_per_worker == 4  # the file beat the preset
     assert cfg.gamma == 0.9  # the flag beat the file
 
@@ -75,7 +75,7 @@ def test_config_json_records_the_resolved_preset_and_resume_reuses_it(tmp_path):
     assert train.main(["--env", "CartPole-v1", "--num-workers", "0", "--max-steps", "400", "--eval-episodes", "0",
                        "--no-progress", "--run-dir", str(run_dir)]) == 0
     saved = json.loads((run_dir / "config.json").read_text())
-    assert saved["preset"] == "vector" and saved["core"] == "mlp" and saved["normalize_obs"] is True
+    assert saved["preset"] == "vector" and saved["core"] == "lstm" and saved["normalize_obs"] is True
     # The checkpoint carries the running statistics, fed by the rollouts.
     model = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["model"]
     assert float(model["obs_norm.count"]) >= 400 and float(model["return_norm.count"]) >= 400
