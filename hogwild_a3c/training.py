@@ -3,8 +3,9 @@ supervise until the stop policy says the run is over; then stop the children, sa
 
 Each job lives in a module of its own: `rundir` (where the run lives, the lock, the saved
 config), `checkpoint` (the checkpoint format), `recorder` (CSV files, meta.json, logs),
-`supervisor` (children, restarts, stalls), `stop_policy` (when and why a run ends). Serial and
-parallel runs go through the same loop; only the children differ (`supervisor.make_children`).
+`supervisor` (children, restarts, stalls), `stop_policy` (when and why a run ends), `run_loop`
+(the session's loop: deliver reports, progress rows, checkpoints, shutdown). Serial and parallel
+runs go through the same loop; only the children differ (`supervisor.make_children`).
 """
 from __future__ import annotations
 
@@ -12,34 +13,29 @@ import dataclasses
 import os
 import signal
 import sys
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import torch
 
-from .checkpoint import (CheckpointError, Progress, check_training_payload, load_latest, restore_training,
-                         save_checkpoint, training_payload)
+from .checkpoint import CheckpointError, Progress, check_training_payload, load_latest, restore_training
 from .config import Config, build_parser
 from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env
-from .files import DirectoryWatch, WriteError, remove_stale_temp_files
-from .messages import ChildRaised, EpisodeEnded, Evaluated, Message, WriteFailed
+from .files import WriteError, remove_stale_temp_files
 from .model import build_model
 from .nodes import Node
-from .process import flush_denormals, rss_mb
+from .process import flush_denormals
 from .recorder import KILLED, Recorder, close_dead_sessions
 from .rundir import (ConfigError, RunDirLock, check_new_location, check_same_experiment, default_run_dir, make_run_dir,
                      read_meta, resolve_new, resolve_resume)
-from .shared import STAT, SharedState
+from .run_loop import RunLoop
+from .shared import SharedState
 from .stop_policy import EXIT_FAILED, StopPolicy
-from .supervisor import Hooks, make_children
+from .supervisor import make_children
 
-COUNTERS = ("updates", "skipped_updates", "env_errors", "worker_restarts")
 OVERSUBSCRIBED = 2  # workers per core beyond which a run is warned about
-RUN_DIR_CHECK_S = 1.0  # how often the loop makes sure the run directory is still there
 
 
 @dataclass
@@ -188,31 +184,6 @@ def prepare_given(args: dict[str, Any], resume_dir: str | None = None) -> Prepar
     return prepared
 
 
-class Periodic:
-    """Call `callback` every `period` seconds, from a loop that asks often enough."""
-
-    def __init__(self, period: float, callback: Callable[[], Any]):
-        self.period = period
-        self.callback = callback
-        self.last = time.monotonic()
-
-    def __call__(self) -> None:
-        now = time.monotonic()
-        if now - self.last >= self.period:
-            self.last = now
-            self.callback()
-
-
-class Clock:
-    """Run time in seconds, continued across resumes."""
-
-    def __init__(self, elapsed_before: float):
-        self.origin = time.time() - elapsed_before
-
-    def time_s(self, wall_time: float | None = None) -> float:
-        return (time.time() if wall_time is None else wall_time) - self.origin
-
-
 def run_training(prepared: Prepared, argv: list[str]) -> int:
     """Train until the stop policy ends the run; returns the exit status."""
     cfg, run_dir = prepared.cfg, prepared.run_dir
@@ -231,7 +202,6 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
         session = before.session + 1
     else:  # a new run, or a node rejoining without a checkpoint: its sessions so far still count
         before, session = Progress(counters={}), len((prepared.meta or {}).get("sessions", []))
-    base_counters = {name: int((before.counters or {}).get(name, 0)) for name in COUNTERS}
     node = prepared.node
     if node is not None:
         from .syncer import SyncStatus  # torch.distributed loads here, in multi-node runs only
@@ -248,27 +218,8 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
         print(f"run ended: failed: {exc} (nothing trained, exit {EXIT_FAILED})", file=sys.stderr)
         prepared.ended, prepared.global_step_end = f"failed: {exc}", shared.global_step()
         return EXIT_FAILED
-    clock = Clock(before.elapsed_s)
     policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
-    state = {"best": before.best_eval_return, "latest_eval": None, "rate": 0.0, "warned_dead_lstm": False,
-             "rate_from": (time.monotonic(), shared.global_step()), "files_failed": None}
-
-    watch = DirectoryWatch(run_dir)
-
-    def files_failed(message: str) -> None:
-        """The run's files cannot be written (a full disk, a read-only or vanished run directory):
-        stop on the first such line; the rest say nothing new."""
-        if state["files_failed"] is not None:
-            return
-        # A write into a deleted run directory often fails before the periodic check looks.
-        problem = None if recorder.detached else watch.problem()
-        if problem is not None:
-            recorder.detach(problem)
-            message = _gone(problem)
-        state["files_failed"] = message
-        policy.fail(message)
-
-    recorder.on_write_failure = files_failed
+    loop = RunLoop(cfg, run_dir, shared, recorder, policy, before, session)
     for dead in dead_sessions:
         recorder.log(f"session {dead.get('session')} (pid {dead.get('pid')}) has no clean end in meta.json: recorded it "
                      f"as {KILLED}, last known at global step {dead['global_step_end']} ({dead['global_step_end_from']})")
@@ -278,132 +229,16 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
                      + ", ".join(path.name for path in removed))
     for path in kept:
         recorder.log(f"left {path}: its writer is still running, or it could not be removed")
-
-    def deliver(messages: list[Message]) -> None:
-        for message in messages:
-            if isinstance(message, EpisodeEnded):
-                recorder.episode(clock.time_s(message.wall_time), message.global_step, message.rank,
-                                 message.episode_return, message.length)
-            elif isinstance(message, Evaluated):
-                recorder.evaluation(clock.time_s(message.wall_time), message.global_step, message.episodes,
-                                    message.mean_return)
-                state["latest_eval"] = message.mean_return
-                state["best"] = max(state["best"], message.mean_return)
-                policy.on_evaluation([r for r, _ in message.episodes])
-                if message.lstm is not None and message.lstm.dead and not state["warned_dead_lstm"]:
-                    state["warned_dead_lstm"] = True  # once: the run goes on, the user decides
-                    recorder.log(message.lstm.warning(message.global_step))
-            elif isinstance(message, ChildRaised):
-                recorder.error(f"{message.role} {message.rank} raised {message.summary}\n{message.traceback}")
-            elif isinstance(message, WriteFailed):
-                files_failed(message.message)
-
-    hooks = Hooks(log=recorder.log, error=recorder.error, fail=policy.fail, pids_changed=recorder.child_pids,
-                  best_return=lambda: state["best"], deliver=deliver)
-    children = make_children(cfg, prepared.env_info, shared, str(run_dir), session, hooks, node=node,
-                             progress=shared.global_step())
-
-    def counters() -> dict[str, int]:
-        stats = shared.worker_stats
-        found = {name: int(stats[:, STAT[name]].sum()) for name in COUNTERS if name in STAT}
-        found["worker_restarts"] = children.restarts
-        return {name: base_counters[name] + found[name] for name in COUNTERS}
-
-    def write_progress() -> None:
-        now, step = time.monotonic(), shared.global_step()
-        then, step_then = state["rate_from"]
-        state["rate"] = (step - step_then) / max(now - then, 1e-9)
-        state["rate_from"] = (now, step)
-        stats = shared.worker_stats
-        active = stats[stats[:, STAT["updates"]] > 0]
-        means = {name: float(active[:, STAT[name]].mean()) if len(active) else float("nan")
-                 for name in ("policy_loss", "value_loss", "entropy", "grad_norm")}
-        rss = [rss_mb(pid) for pid in children.worker_pids()]
-        recorder.progress(time_s=clock.time_s(), global_step=step, steps_per_s=state["rate"], **means, **counters(),
-                          worker_rss_mb=float(np.mean(rss)) if rss else float("nan"))
-        if not policy.stopping:
-            policy.check_weights(shared.snapshot_weights())
-            policy.check_learning(shared.worker_stats)
-
-    def checkpoint() -> Path | None:
-        """Save a training checkpoint; never of non-finite weights, so latest.pt stays the last good one."""
-        weights = shared.snapshot_weights()
-        if not all(bool(torch.isfinite(t).all()) for t in weights.values()):
-            recorder.error("not saving a checkpoint of non-finite weights; latest.pt stays the last good one")
-            policy.check_weights(weights)
-            return None
-        progress = Progress(shared.global_step(), clock.time_s(), session, state["best"], counters())
-        try:
-            return save_checkpoint(run_dir / "checkpoints", training_payload(weights, shared, cfg, progress),
-                                   progress.global_step, cfg.keep_checkpoints)
-        except CheckpointError as exc:
-            files_failed(str(exc))
-            return None
-
-    def check_run_dir() -> None:
-        problem = None if recorder.detached else watch.problem()
-        if problem is not None:
-            recorder.detach(problem)
-            files_failed(_gone(problem))
-
-    bar = None
-    if not cfg.no_progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=cfg.max_steps, initial=shared.global_step(), unit="step", unit_scale=True, dynamic_ncols=True)
-
-    def update_bar() -> None:
-        if bar is None:
-            return
-        bar.n = shared.global_step()  # tqdm shows the rate itself (step/s)
-        if state["latest_eval"] is not None:
-            bar.set_postfix({"eval": f"{state['latest_eval']:.1f}"}, refresh=False)
-        bar.refresh()
-
-    periodic = [Periodic(RUN_DIR_CHECK_S, check_run_dir), Periodic(cfg.progress_interval, write_progress),
-                Periodic(cfg.checkpoint_interval, checkpoint)]
     previous = {sig: signal.signal(sig, lambda signum, _frame: policy.on_signal(signum))
                 for sig in (signal.SIGINT, signal.SIGTERM)}
-    recorder.log(f"run directory: {run_dir}")
     try:
-        policy.check_budgets(shared.global_step(), clock.time_s())
-        if not policy.stopping:
-            children.start()
-        while not policy.stopping:
-            children.advance()
-            deliver(children.messages())
-            children.check()
-            if shared.stop_requested() and not policy.stopping:  # multi-node: another node's stop vote
-                policy.stop("stopped with the other nodes (a budget, target or stop on one of them)")
-            for task in periodic:
-                task()
-            policy.check_budgets(shared.global_step(), clock.time_s())
-            update_bar()
+        loop.children = make_children(cfg, prepared.env_info, shared, str(run_dir), session, loop.hooks(), node=node,
+                                      progress=shared.global_step())
+        loop.run()
     except Exception as exc:  # noqa: BLE001 - the run must still stop cleanly and save
         policy.fail(f"main process raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
     finally:
-        if not policy.stopping:
-            policy.stop("stopped")
-        # Each step runs even if one before it failed: a failing save must not skip the flush.
-        for step in (lambda: children.stop(deliver, lambda: policy.fast), check_run_dir, write_progress,
-                     _final(checkpoint, recorder, lambda: state["files_failed"]),
-                     lambda: recorder.end_session(policy.reason, policy.exit_code, shared.global_step(), clock.time_s()),
-                     recorder.close):
-            try:
-                step()
-            except Exception as exc:  # noqa: BLE001
-                policy.exit_code = policy.exit_code or EXIT_FAILED
-                message = f"during shutdown: {type(exc).__name__}: {exc}"
-                try:
-                    recorder.error(message)
-                except Exception:  # noqa: BLE001 - the recorder itself may be what failed
-                    print(message, file=sys.stderr)
-        watch.close()
-        # The recorder and the stop policy point at each other: without this the shared memory
-        # of the run would live on until the garbage collector finds the cycle.
-        recorder.on_write_failure = _ignore
-        if bar is not None:
-            bar.close()
+        loop.shut_down()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         torch.set_num_threads(threads_before)
@@ -411,25 +246,3 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
     print(f"run ended: {policy.reason} (global step {shared.global_step()}, exit {policy.exit_code})", file=sys.stderr)
     prepared.ended, prepared.global_step_end = policy.reason, shared.global_step()
     return policy.exit_code
-
-
-def _gone(problem: str) -> str:
-    return f"{problem}; stopping without writing anything more there"
-
-
-def _ignore(_message: str) -> None:
-    pass
-
-
-def _final(checkpoint: Callable[[], Path | None], recorder: Recorder,
-           files_failed: Callable[[], str | None]) -> Callable[[], None]:
-    def save() -> None:
-        if files_failed():
-            # The previous checkpoint stays latest.pt: on a full disk a save would only take the
-            # room kept for meta.json, and where nothing can be written it adds a second line.
-            return
-        path = checkpoint()
-        if path is not None:
-            recorder.log(f"saved {path}")
-
-    return save

@@ -1,0 +1,115 @@
+"""The main loop's jobs, each driven directly: no child process, a real SharedState, Recorder
+and StopPolicy on tmp_path, and a stand-in for the supervisor's children."""
+import json
+import math
+
+import pandas as pd
+import torch
+
+from hogwild_a3c.checkpoint import Progress, load_checkpoint
+from hogwild_a3c.config import Config
+from hogwild_a3c.lstm_watch import LstmHealth
+from hogwild_a3c.messages import ChildRaised, EpisodeEnded, Evaluated, WriteFailed
+from hogwild_a3c.model import build_model
+from hogwild_a3c.recorder import Recorder
+from hogwild_a3c.run_loop import RunLoop
+from hogwild_a3c.shared import STAT, SharedState
+from hogwild_a3c.stop_policy import EXIT_FAILED, StopPolicy
+
+
+class Children:
+    """What the loop asks of the supervisor's children; `inbox` is what they report."""
+
+    def __init__(self, inbox=()):
+        self.inbox, self.calls, self.restarts = list(inbox), [], 2
+
+    def start(self):
+        self.calls.append("start")
+
+    def advance(self):
+        pass
+
+    def messages(self):
+        out, self.inbox = self.inbox, []
+        return out
+
+    def check(self):
+        pass
+
+    def worker_pids(self):
+        return []
+
+    def stop(self, deliver, fast):
+        self.calls.append("stop")
+
+
+def make_loop(tmp_path, **settings):
+    cfg = Config(env="CartPole-v1", num_workers=1, lstm_size=8, no_progress=True, **settings)
+    shared = SharedState.create(build_model((4,), 2, cfg), 1, cfg.optimizer, cfg.lr)
+    recorder = Recorder(tmp_path, cfg, None, [], session=0, global_step=0)
+    policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
+    before = Progress(elapsed_s=10.0, best_eval_return=-math.inf, counters={"updates": 5})
+    return RunLoop(cfg, tmp_path, shared, recorder, policy, before, session=0)
+
+
+def test_delivered_reports_become_rows_the_best_return_and_one_dead_lstm_warning(tmp_path):
+    loop = make_loop(tmp_path)
+    dead = LstmHealth(cell=200.0, h_spread=0.0)
+    loop.deliver([EpisodeEnded(rank=0, global_step=40, episode_return=12.0, length=12, wall_time=loop.clock.origin + 11),
+                  Evaluated(global_step=50, wall_time=loop.clock.origin + 12, episodes=((9.0, 9), (11.0, 11)), lstm=dead),
+                  Evaluated(global_step=60, wall_time=loop.clock.origin + 13, episodes=((7.0, 7),), lstm=dead),
+                  ChildRaised("worker", 0, "ValueError: boom", "Traceback ...")])
+    loop.shut_down()
+    episodes = pd.read_csv(tmp_path / "episodes.csv")
+    assert episodes["episode_return"].tolist() == [12.0] and episodes["time_s"].tolist() == [11.0]
+    assert pd.read_csv(tmp_path / "eval.csv")["episode_return"].tolist() == [9.0, 11.0, 7.0]
+    assert loop.best == 10.0 and loop.latest_eval == 7.0
+    assert (tmp_path / "train.log").read_text().count("LSTM looks dead") == 1
+    assert "worker 0 raised ValueError: boom" in (tmp_path / "errors.log").read_text()
+
+
+def test_progress_rows_carry_the_rate_and_the_counters_of_every_session(tmp_path):
+    loop = make_loop(tmp_path)
+    loop.children = Children()
+    loop.shared.worker_stats[0, STAT["updates"]] = 3
+    loop.write_progress()
+    loop.shut_down()
+    rows = pd.read_csv(tmp_path / "progress.csv")
+    assert rows["updates"].tolist() == [8, 8]  # 5 before this session + 3 now, at both rows
+    assert rows["worker_restarts"].tolist() == [2, 2]
+
+
+def test_a_checkpoint_holds_the_session_and_a_non_finite_model_is_never_saved(tmp_path):
+    loop = make_loop(tmp_path)
+    loop.best = 3.5
+    path = loop.checkpoint()
+    saved = load_checkpoint(path)
+    assert saved["best_eval_return"] == 3.5 and saved["elapsed_s"] >= 10.0 and saved["counters"]["updates"] == 5
+    with torch.no_grad():
+        next(loop.shared.model.parameters()).fill_(float("nan"))
+    assert loop.checkpoint() is None
+    assert loop.policy.exit_code == EXIT_FAILED and "non-finite" in loop.policy.reason
+    loop.shut_down()
+    assert load_checkpoint(tmp_path / "checkpoints" / "latest.pt")["best_eval_return"] == 3.5
+
+
+def test_a_failed_write_stops_the_run_once_and_skips_the_final_checkpoint(tmp_path):
+    loop = make_loop(tmp_path)
+    loop.deliver([WriteFailed("evaluator", "no space left on device while writing best.pt"),
+                  WriteFailed("evaluator", "no space left on device while writing best.pt")])
+    assert loop.policy.exit_code == EXIT_FAILED and "no space left" in loop.policy.reason
+    loop.shut_down()
+    assert not (tmp_path / "checkpoints" / "latest.pt").exists()
+    assert (tmp_path / "errors.log").read_text().count("no space left") == 1
+
+
+def test_the_session_runs_until_the_target_and_shuts_down_in_order(tmp_path):
+    loop = make_loop(tmp_path, target_return=5.0, eval_episodes=1)
+    loop.children = Children([Evaluated(global_step=0, wall_time=loop.clock.origin + 10, episodes=((6.0, 6),))])
+    children = loop.children
+    loop.run()
+    loop.shut_down()
+    assert children.calls == ["start", "stop"] and loop.children is None
+    session = json.loads((tmp_path / "meta.json").read_text())["sessions"][-1]
+    assert session["ended"] == "target_return" and session["exit_code"] == 0
+    assert (tmp_path / "checkpoints" / "latest.pt").exists()
