@@ -29,10 +29,12 @@ class Node:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "Node | None":
-        """This node under torchrun with more than one node, else None (a single-machine run)."""
+        """This node under torchrun, else None (a single-machine run). Under torchrun even a world
+        of one is a node: a machine whose peers were lost is restarted by its agent into a world of
+        one and must go on as a node of the same run, in its own directory."""
         env = os.environ if environ is None else environ
         world = int(env.get("WORLD_SIZE", "1"))
-        if world <= 1:
+        if world <= 1 and not ("TORCHELASTIC_RUN_ID" in env and "RANK" in env):
             return None
         return cls(int(env["RANK"]), world, int(env.get("LOCAL_RANK", "0")), socket.gethostname())
 

@@ -33,6 +33,9 @@ def sessions(node_dir):
 
 def test_a_node_is_known_from_torchruns_environment(tmp_path, capsys):
     assert Node.from_env({}) is None and Node.from_env({"WORLD_SIZE": "1", "RANK": "0"}) is None
+    # Under torchrun a world of one is a node still: what a machine whose peers were lost is restarted into.
+    survivor = Node.from_env({"WORLD_SIZE": "1", "RANK": "0", "TORCHELASTIC_RUN_ID": "r1"})
+    assert survivor is not None and (survivor.rank, survivor.world_size, survivor.runs_evaluator) == (0, 1, True)
     node = Node.from_env({"WORLD_SIZE": "3", "RANK": "2", "LOCAL_RANK": "1"})
     assert (node.rank, node.world_size, node.local_rank, node.runs_evaluator) == (2, 3, 1, False)
     assert node.run_dir(tmp_path) == tmp_path / "nodes" / f"{node.host}-1"

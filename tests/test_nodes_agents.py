@@ -1,0 +1,149 @@
+"""Machines, not processes: two torchrun agents, each in a UTS namespace of its own (its own host
+name, as two machines have), on 127.0.0.1. One machine is lost (its agent and every child killed
+with SIGKILL); the survivor must go on alone in its own run directory, and the lost machine,
+started again with the same command, must rejoin; both end at the step budget."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO
+
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "GLOO_SOCKET_IFNAME": "lo"}
+
+
+def _namespaces_work() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "--uts", "true"], capture_output=True).returncode == 0
+
+
+# About 2.5 minutes on 2 cores (two agents' start-ups, a rendezvous after the loss, a rejoin): make test-slow.
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not _namespaces_work(),
+                                                   reason="needs `unshare --uts` (root), to give each agent its own host name")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo += children.get(current, [])
+    return found
+
+
+def kill_machine(pid: int) -> None:
+    """A lost machine: its agent and every process under it, at once. torchrun starts its workers
+    in sessions of their own, so killing the agent's process group would leave them running."""
+    for each in _descendants(pid):
+        try:
+            os.kill(each, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_machine(host: str, port: int, run_dir: Path, steps: int, log: Path) -> subprocess.Popen:
+    """One machine: a torchrun agent in its own session (so the whole machine can be killed at
+    once) and its own UTS namespace. last_call_timeout=2: after a loss the survivor's agent waits
+    2 s for others before it restarts alone, not torchrun's default 30 s."""
+    agent = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1", "--max-restarts=5",
+             "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--local-addr=127.0.0.1", "--rdzv-id=machines",
+             "--rdzv-conf=last_call_timeout=2", "-m", "hogwild_a3c.train", "--env", "CartPole-v1", "--lstm-size", "16",
+             "--num-workers", "1", "--max-steps", str(steps), "--sync-interval", "0.5", "--eval-episodes", "1",
+             "--eval-interval", "5", "--progress-interval", "0.5", "--no-progress", "--run-dir", str(run_dir)]
+    script = f"hostname {host} && exec {' '.join(agent)}"
+    return subprocess.Popen(["unshare", "--uts", "bash", "-c", script], cwd=REPO, env=ENV, stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for(condition, timeout: float, what: str, logs=()) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    tails = "\n".join(f"--- {p.name}\n" + p.read_text()[-3000:] for p in logs if p.exists())
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{tails}")
+
+
+def rows(path: Path) -> int:
+    try:
+        return len(pd.read_csv(path))
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        return 0
+
+
+def sessions(node_dir: Path) -> list[dict]:
+    return json.loads((node_dir / "meta.json").read_text())["sessions"]
+
+
+@pytest.mark.timeout(420)
+def test_a_lost_machine_leaves_the_survivor_training_and_rejoins(tmp_path):
+    run_dir, port = tmp_path / "run", _free_port()
+    a_dir, b_dir = run_dir / "nodes" / "machine-a-0", run_dir / "nodes" / "machine-b-0"
+    logs = [tmp_path / "a.log", tmp_path / "b.log", tmp_path / "b-again.log"]
+    steps = 1_500_000
+    a = start_machine("machine-a", port, run_dir, steps, logs[0])
+    # The first agent on the endpoint hosts torchrun's rendezvous store, and its loss is the loss of
+    # the run (torchrun's c10d backend; README): machine a must be that one, so b starts after it.
+    wait_for(lambda: _listening(port), 60, "machine a's rendezvous store", logs)
+    b = start_machine("machine-b", port, run_dir, steps, logs[1])
+    try:
+        both_sync = lambda: all((d / "train.log").is_file() and "of 2) synced" in (d / "train.log").read_text()
+                                for d in (a_dir, b_dir))
+        wait_for(both_sync, 120, "both machines to train together", logs)
+        wait_for(lambda: rows(b_dir / "progress.csv") >= 2, 60, "machine b's progress rows", logs)
+
+        kill_machine(b.pid)
+        b.wait(timeout=30)
+        killed = time.monotonic()
+        alone = lambda: "(rank 0 of 1) synced" in (a_dir / "train.log").read_text()
+        wait_for(alone, 120, "the survivor to go on alone", logs)
+        rows_alone = rows(a_dir / "progress.csv")
+        wait_for(lambda: rows(a_dir / "progress.csv") >= rows_alone + 2, 60, "the survivor's progress alone", logs)
+        print(f"kill -> survivor training alone: {time.monotonic() - killed:.1f} s")
+
+        b_again = start_machine("machine-b", port, run_dir, steps, logs[2])
+        assert a.wait(timeout=300) == 0, logs[0].read_text()[-3000:]
+        assert b_again.wait(timeout=60) == 0, logs[2].read_text()[-3000:]
+    finally:
+        for agent in (a, b, *([b_again] if "b_again" in locals() else [])):
+            if agent.poll() is None:
+                kill_machine(agent.pid)
+
+    a_sessions, b_sessions = sessions(a_dir), sessions(b_dir)
+    assert [s["node"]["world_size"] for s in a_sessions if "node" in s].count(1) >= 1  # it trained alone
+    assert a_sessions[-1]["node"]["world_size"] == 2 and b_sessions[-1]["node"]["world_size"] == 2  # b rejoined
+    assert b_sessions[0]["ended"].startswith("killed or crashed")
+    for node_sessions in (a_sessions, b_sessions):
+        assert node_sessions[-1]["exit_code"] == 0 and node_sessions[-1]["global_step_end"] >= steps
+    starts = [s["global_step_start"] for s in a_sessions]
+    assert starts == sorted(starts)  # the survivor's global step never went back
+    assert not any("already holds files" in p.read_text() for p in logs)
