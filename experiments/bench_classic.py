@@ -23,10 +23,10 @@ import subprocess
 import sys
 import time
 
-from benchlib import EXPERIMENTS, RESULTS, RUNS, header, load_config, markdown_table
-
 import numpy as np
 import pandas as pd
+
+from benchlib import EXPERIMENTS, RESULTS, RUNS, header, load_config, markdown_table
 
 
 def first_reach(episodes: pd.DataFrame, target: float, window: int):

@@ -21,7 +21,6 @@ import subprocess
 from pathlib import Path
 
 from benchlib import REPO, RESULTS, RUNS, header, load_config, markdown_table, run_trainer
-
 from hogwild_a3c.logs import load_run
 from hogwild_a3c.plot import eval_curve, plot_runs
 

@@ -20,9 +20,9 @@ import statistics
 import sys
 import time
 
-from benchlib import RESULTS, RUNS, header, load_config, markdown_table, run_trainer
-
 import pandas as pd
+
+from benchlib import RESULTS, RUNS, header, load_config, markdown_table, run_trainer
 
 
 def _raw_env_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, warmup, barrier, out):

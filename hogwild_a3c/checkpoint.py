@@ -225,7 +225,7 @@ def resolve_checkpoint(target: str | os.PathLike, warn=print) -> tuple[dict[str,
 
 # -- the payloads -----------------------------------------------------------------------------
 
-def save_best(run_dir: str | os.PathLike, model: torch.nn.Module, global_step: int, mean_return: float, cfg: "Config") -> Path:
+def save_best(run_dir: str | os.PathLike, model: torch.nn.Module, global_step: int, mean_return: float, cfg: Config) -> Path:
     """checkpoints/best.pt: the policy with the best mean evaluation return so far."""
     payload = {
         "format": FORMAT,
@@ -239,7 +239,7 @@ def save_best(run_dir: str | os.PathLike, model: torch.nn.Module, global_step: i
 
 
 def training_payload(
-    weights: dict[str, torch.Tensor], shared: "SharedState", cfg: "Config", progress: "Progress"
+    weights: dict[str, torch.Tensor], shared: SharedState, cfg: Config, progress: Progress
 ) -> dict[str, Any]:
     """What `save_checkpoint` writes: `weights` is a snapshot already checked to be finite."""
     from .rundir import versions
@@ -279,7 +279,7 @@ class Progress:
     counters: dict[str, int] | None = None
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> "Progress":
+    def from_payload(cls, payload: dict[str, Any]) -> Progress:
         return cls(
             global_step=int(payload["global_step"]),
             elapsed_s=float(payload["elapsed_s"]),
@@ -382,7 +382,7 @@ def check_model_fits(payload: dict[str, Any], path: Path, model: torch.nn.Module
 
 
 @torch.no_grad()
-def restore_training(shared: "SharedState", payload: dict[str, Any]) -> Progress:
+def restore_training(shared: SharedState, payload: dict[str, Any]) -> Progress:
     """Load a training checkpoint into fresh shared state; returns where the run stood."""
     shared.model.load_state_dict(payload["model"])
     saved_states = payload["optimizer"]["states"]

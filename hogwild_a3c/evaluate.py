@@ -18,7 +18,6 @@ import numpy as np
 from .api import PolicyError, load_policy
 from .evaluator import play_episode
 
-
 VIDEO_FORMATS = ("mp4", "gif")
 
 

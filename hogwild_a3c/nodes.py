@@ -28,7 +28,7 @@ class Node:
     host: str
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "Node | None":
+    def from_env(cls, environ: dict[str, str] | None = None) -> Node | None:
         """This node under torchrun with more than one node, else None (a single-machine run)."""
         env = os.environ if environ is None else environ
         world = int(env.get("WORLD_SIZE", "1"))

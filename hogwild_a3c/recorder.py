@@ -12,13 +12,21 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .config import Config
 from .files import Reserve, WriteError, describe_failure, writing
-from .logs import (EPISODES_COLUMNS, EVAL_COLUMNS, PROGRESS_COLUMNS, CsvLog, complete_length, rewrite_json_in_place,
-                   write_json)
+from .logs import (
+    EPISODES_COLUMNS,
+    EVAL_COLUMNS,
+    PROGRESS_COLUMNS,
+    CsvLog,
+    complete_length,
+    rewrite_json_in_place,
+    write_json,
+)
 from .rundir import new_meta, now_iso, versions
 
 

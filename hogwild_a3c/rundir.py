@@ -105,7 +105,7 @@ class RunDirLock:
         self.path = path
 
     @classmethod
-    def acquire(cls, run_dir: Path, flag: str) -> "RunDirLock":
+    def acquire(cls, run_dir: Path, flag: str) -> RunDirLock:
         path = run_dir / cls.NAME
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -142,7 +142,7 @@ class SharedState:
     sync: Any = None  # multi-node: the syncer's `SyncStatus` (the global step over every node)
 
     @classmethod
-    def create(cls, model: nn.Module, slots: int, optimizer: str, lr: float, lr_warmup_updates: int = 0) -> "SharedState":
+    def create(cls, model: nn.Module, slots: int, optimizer: str, lr: float, lr_warmup_updates: int = 0) -> SharedState:
         model.share_memory()
         states = [new_adam_state(model) for _ in range(1 if optimizer == "shared-adam" else slots)]
         return cls(
@@ -177,7 +177,7 @@ class SharedState:
     def optimizer_state_for(self, rank: int) -> dict[str, Any]:
         return self.optimizer_states[0 if len(self.optimizer_states) == 1 else rank]
 
-    def for_child(self, rank: int | None) -> "SharedState":
+    def for_child(self, rank: int | None) -> SharedState:
         """What one child needs: a worker gets only its own optimizer statistics, the evaluator
         none, so each process maps only the shared memory it uses."""
         states = [] if rank is None else [self.optimizer_state_for(rank)]

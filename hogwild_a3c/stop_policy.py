@@ -11,7 +11,7 @@ reason given is the one recorded, except that a failure outranks a budget or tar
 from __future__ import annotations
 
 import signal
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch

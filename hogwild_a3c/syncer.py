@@ -52,9 +52,9 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Sequence
 
 import torch
 import torch.distributed as dist
@@ -234,7 +234,7 @@ class SyncStatus:
     last_round: torch.Tensor  # float64 [3]: time.time() at the end of the last round, its seconds, all-reduce seconds
 
     @classmethod
-    def create(cls) -> "SyncStatus":
+    def create(cls) -> SyncStatus:
         def z(n=1, dtype=torch.int64):
             return torch.zeros(n, dtype=dtype).share_memory_()
 

@@ -27,8 +27,9 @@ work is the env step and a few array writes; everything else happens once per ro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -70,7 +71,7 @@ class Rollout:
     start_state: State  # the LSTM state before step 0 (detached), where the replay starts
 
     @classmethod
-    def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: State) -> "Rollout":
+    def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: State) -> Rollout:
         per_step = {"actions": np.int64, "rewards": np.float32, "values": np.float32, "dones": bool,
                     "done_values": np.float32, "resets": bool}
         return cls(

@@ -6,10 +6,9 @@ import pandas as pd
 import torch
 
 from hogwild_a3c import train
-from hogwild_a3c.checkpoint import Progress, load_checkpoint, restore_training, training_payload
+from hogwild_a3c.checkpoint import Progress, load_checkpoint, resolve_checkpoint, restore_training, training_payload
 from hogwild_a3c.config import Config
 from hogwild_a3c.envs import describe_env
-from hogwild_a3c.checkpoint import resolve_checkpoint
 from hogwild_a3c.evaluator import Evaluator
 from hogwild_a3c.model import build_model
 from hogwild_a3c.shared import SharedState, copy_weights

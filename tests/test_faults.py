@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from hogwild_a3c import train
-from hogwild_a3c.supervisor import InProcessChildren
 from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, load_latest, save_checkpoint
+from hogwild_a3c.supervisor import InProcessChildren
 from tests.conftest import REPO, alive, child_pids
 
 CARTPOLE = ["--env", "CartPole-v1", "--preset", "seed", "--lstm-size", "16", "--no-progress", "--progress-interval", "0.5"]

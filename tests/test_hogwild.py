@@ -6,7 +6,7 @@ import torch
 from hogwild_a3c.model import ActorCritic
 from hogwild_a3c.process import flush_denormals, run_child
 from hogwild_a3c.reports import InProcessReports
-from hogwild_a3c.shared import HogwildLink, SharedState, SharedAdam, copy_weights, hand_over_gradients, new_adam_state
+from hogwild_a3c.shared import HogwildLink, SharedAdam, SharedState, copy_weights, hand_over_gradients, new_adam_state
 
 
 def _loss(model):

@@ -14,8 +14,17 @@ import torch
 
 from hogwild_a3c.model import build_model
 from hogwild_a3c.syncer import (
-    FAILED, RUNNING, STOPPED, ParamSync, SyncError, SyncStatus, decode_steps, encode_steps,
-    free_port, pick_source, run_syncer,
+    FAILED,
+    RUNNING,
+    STOPPED,
+    ParamSync,
+    SyncError,
+    SyncStatus,
+    decode_steps,
+    encode_steps,
+    free_port,
+    pick_source,
+    run_syncer,
 )
 
 CTX = multiprocessing.get_context("spawn")
