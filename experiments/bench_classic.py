@@ -107,7 +107,7 @@ def main():
     try:
         import stable_baselines3  # noqa: F401
     except ImportError:
-        raise SystemExit("error: make bench-classic needs SB3: pip install -e '.[bench]' (make bench-classic does it)")
+        raise SystemExit("error: make bench-classic needs SB3: pip install -e '.[bench]' (make bench-classic does it)") from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     window = int(config["window"])
     rows, notes = [], []

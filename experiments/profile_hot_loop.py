@@ -54,7 +54,7 @@ def main():
         marks.append(("pull", time.perf_counter()))
         rollout = worker.collect()
         marks.append((f"act ({cfg.rollout_steps} steps x {cfg.envs_per_worker} envs)", time.perf_counter()))
-        worker.learn(rollout, phase_done=lambda phase: marks.append((phase, time.perf_counter())))
+        worker.learn(rollout, phase_done=lambda phase, marks=marks: marks.append((phase, time.perf_counter())))
         reports.read()
         if index >= 20:  # warm-up rollouts are not counted
             for (_, before), (name, after) in zip(marks, marks[1:]):

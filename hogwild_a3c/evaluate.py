@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for episode in range(1, args.episodes + 1):
             frames: list[np.ndarray] = []
-            on_frame = (lambda: frames.append(env.render())) if args.record else None
+            on_frame = (lambda frames=frames: frames.append(env.render())) if args.record else None
             episode_return, length = play_episode(model, env, rng, greedy=args.greedy, on_frame=on_frame)
             returns.append(episode_return)
             line = f"episode {episode}: return {episode_return:g}, length {length}"

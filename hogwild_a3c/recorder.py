@@ -281,7 +281,7 @@ class Recorder:
         pending, self._unwritten_errors = self._unwritten_errors, []
         errors_log = self.run_dir / "errors.log"
         for stamped in pending:
-            self._attempt(errors_log, lambda: _append(errors_log, stamped))
+            self._attempt(errors_log, lambda stamped=stamped: _append(errors_log, stamped))
 
     def _write_meta(self) -> str | None:
         path = self.run_dir / "meta.json"

@@ -66,7 +66,7 @@ def finish(proc, timeout=60):
     except subprocess.TimeoutExpired:
         proc.kill()
         out, _ = proc.communicate()
-        raise AssertionError(f"run did not exit within {timeout} s:\n{out}")
+        raise AssertionError(f"run did not exit within {timeout} s:\n{out}") from None
     return proc.returncode, out
 
 

@@ -188,7 +188,7 @@ def _syncer_child(params, local_steps, stop_flag, status, kwargs, err_path):
     except SyncError as e:
         with open(err_path, "w") as f:
             f.write(str(e))
-        raise SystemExit(3)
+        raise SystemExit(3) from e
 
 
 class Nodes:
