@@ -45,7 +45,9 @@ def _given(config: Config | str | Path | None, progress: bool | None, settings: 
     names = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(settings) - names)
     if unknown:
-        raise ValueError(f"unknown setting(s) {', '.join(unknown)}; the settings are Config's fields: {', '.join(sorted(names))}")
+        raise ValueError(
+            f"unknown setting(s) {', '.join(unknown)}; the settings are Config's fields: {', '.join(sorted(names))}"
+        )
     given: dict[str, Any] = {}
     if isinstance(config, Config):
         given = config.to_dict()
@@ -56,7 +58,9 @@ def _given(config: Config | str | Path | None, progress: bool | None, settings: 
     elif isinstance(config, (str, Path)):
         given["config"] = str(config)  # a JSON file of settings, as --config
     elif config is not None:
-        raise ValueError(f"config must be a Config or the path of a JSON file of settings (got {type(config).__name__})")
+        raise ValueError(
+            f"config must be a Config or the path of a JSON file of settings (got {type(config).__name__})"
+        )
     if progress is not None:
         if "no_progress" in settings:
             raise ValueError("give progress= or no_progress=, not both")

@@ -225,7 +225,9 @@ def resolve_checkpoint(target: str | os.PathLike, warn=print) -> tuple[dict[str,
 
 # -- the payloads -----------------------------------------------------------------------------
 
-def save_best(run_dir: str | os.PathLike, model: torch.nn.Module, global_step: int, mean_return: float, cfg: Config) -> Path:
+def save_best(
+    run_dir: str | os.PathLike, model: torch.nn.Module, global_step: int, mean_return: float, cfg: Config
+) -> Path:
     """checkpoints/best.pt: the policy with the best mean evaluation return so far."""
     payload = {
         "format": FORMAT,
@@ -372,7 +374,8 @@ def check_model_fits(payload: dict[str, Any], path: Path, model: torch.nn.Module
     expected = model.state_dict()
     saved = payload["model"]
     if (not isinstance(saved, dict) or set(saved) != set(expected)
-            or any(not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(expected[k].shape) for k, v in saved.items())):
+            or any(not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(expected[k].shape)
+                   for k, v in saved.items())):
         raise CheckpointError(f"{path}: its model does not fit this config (another --lstm-size, env or model?)")
     for name, tensor in saved.items():
         if tensor.dtype != expected[name].dtype:

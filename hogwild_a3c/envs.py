@@ -233,7 +233,8 @@ def _constructor_keywords(env_id: str) -> list[str]:
 def _fresh_process_env_ids() -> frozenset[str] | None:
     """The ids a new interpreter knows after importing only gymnasium and ale_py (asked once per
     process, about 0.5 s); None if that interpreter could not say."""
-    code = "import json, gymnasium, ale_py; gymnasium.register_envs(ale_py); print(json.dumps(list(gymnasium.registry)))"
+    code = ("import json, gymnasium, ale_py; gymnasium.register_envs(ale_py); "
+            "print(json.dumps(list(gymnasium.registry)))")
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         return frozenset(json.loads(proc.stdout.strip().splitlines()[-1])) if proc.returncode == 0 else None
@@ -299,7 +300,8 @@ def check_spawnable(env_id: str, start_method: str = "spawn") -> str | None:
     if reruns_main and _child_knows(env_id, start_method) is not False:
         return None
     module = _entry_point_module(spec)
-    where = "in __main__ (a notebook or the interactive prompt)" if module in (None, "__main__", "__mp_main__") else "in this process only"
+    where = ("in __main__ (a notebook or the interactive prompt)" if module in (None, "__main__", "__mp_main__")
+             else "in this process only")
     if module in (None, "__main__", "__mp_main__"):
         fix = f"move the env class and its gymnasium.register call into a module and give --env MODULE:{env_id}"
     else:

@@ -50,7 +50,8 @@ def video_writer_problem(video_format: str) -> str | None:
 
             imageio_ffmpeg.get_ffmpeg_exe()
         except (ImportError, RuntimeError) as exc:
-            return f"--record in mp4 needs imageio-ffmpeg ({exc}): pip install -e '.[video]', or give --video-format gif"
+            return (f"--record in mp4 needs imageio-ffmpeg ({exc}): pip install -e '.[video]', "
+                    "or give --video-format gif")
     else:
         try:
             import PIL  # noqa: F401
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     cfg, model, path = policy.cfg, policy.model, policy.checkpoint
-    print(f"playing {path} ({cfg.env}, global step {policy.global_step}, {'greedy' if args.greedy else 'sampled'} actions)")
+    how = "greedy" if args.greedy else "sampled"
+    print(f"playing {path} ({cfg.env}, global step {policy.global_step}, {how} actions)")
 
     env = policy.make_env(render_mode="rgb_array" if args.record else None)
     env.reset(seed=args.seed)
@@ -146,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
     finally:
         env.close()
-    print(f"mean return over {len(returns)} episode{'s' if len(returns) != 1 else ''}: {np.mean(returns):g} (min {np.min(returns):g}, max {np.max(returns):g})")
+    episodes = f"{len(returns)} episode{'s' if len(returns) != 1 else ''}"
+    print(f"mean return over {episodes}: {np.mean(returns):g} (min {np.min(returns):g}, max {np.max(returns):g})")
     return 0
 
 

@@ -68,7 +68,8 @@ def play_episode(
 
 
 class Evaluator:
-    def __init__(self, cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: Path, best_return: float, seed: int):
+    def __init__(self, cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: Path, best_return: float,
+                 seed: int):
         self.cfg = cfg
         self.link = link
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
@@ -114,7 +115,8 @@ class Evaluator:
         self.env.close()
 
 
-def run_evaluator(cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: str, best_return: float, seed: int) -> None:
+def run_evaluator(cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: str, best_return: float,
+                  seed: int) -> None:
     """The evaluator's whole life as a process of its own."""
     evaluator = Evaluator(cfg, env_info, link, Path(run_dir), best_return, seed)
     link.heartbeat()  # ready: the stall clock starts now

@@ -185,7 +185,8 @@ class ActorCritic(nn.Module):
             obs = self.obs_norm.normalize(obs)
         out = self.encoder(obs)
         value_in = out if self.value_encoder is None else self.value_encoder(obs)
-        return F.linear(out, self.policy.weight, self.policy.bias), F.linear(value_in, self.value.weight, self.value.bias).squeeze(-1)
+        logits = F.linear(out, self.policy.weight, self.policy.bias)
+        return logits, F.linear(value_in, self.value.weight, self.value.bias).squeeze(-1)
 
     def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for a batch: obs [B, *obs_shape] -> logits [B, A], value [B], next state.

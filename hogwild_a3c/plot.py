@@ -126,7 +126,8 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hogwild_a3c.plot", description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="python -m hogwild_a3c.plot", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     parser.add_argument("--out", default="curves.png", help="PNG file to write (default: curves.png)")
     parser.add_argument("--title", help="figure title")
@@ -137,8 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.labels and (len(args.labels) != len(args.run_dirs) or len(set(args.labels)) != len(args.labels)):
-        print(f"error: --labels: {len(args.labels)} names for {len(args.run_dirs)} run directories; give one distinct name per RUN_DIR",
-              file=sys.stderr)
+        print(f"error: --labels: {len(args.labels)} names for {len(args.run_dirs)} run directories; "
+              "give one distinct name per RUN_DIR", file=sys.stderr)
         return 2
     for run_dir in args.run_dirs:
         if not (Path(run_dir) / "config.json").is_file():

@@ -57,7 +57,8 @@ def _check_values(values: dict[str, Any], allowed: set[str], where: str) -> tupl
         if key in META_KEYS:
             continue
         if key not in allowed:
-            what = "a preset may set only " + ", ".join(sorted(allowed)) if allowed is PRESET_FIELDS else "not a setting"
+            what = ("a preset may set only " + ", ".join(sorted(allowed)) if allowed is PRESET_FIELDS
+                    else "not a setting")
             errors.append(f"{where}: unknown or disallowed key {key!r} ({what})")
         else:
             known[key] = value

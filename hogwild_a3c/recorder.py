@@ -61,7 +61,9 @@ class _RunLogHandler(logging.FileHandler):
 KILLED = "killed or crashed (no clean end recorded)"
 
 
-def close_dead_sessions(meta: dict[str, Any], run_dir: Path, checkpoint: tuple[int, Path] | None) -> list[dict[str, Any]]:
+def close_dead_sessions(
+    meta: dict[str, Any], run_dir: Path, checkpoint: tuple[int, Path] | None
+) -> list[dict[str, Any]]:
     """Mark the sessions that meta.json still says are running as ended by a kill or a crash.
 
     Only a process that holds the run's lock gets here, so none of them is running. Each gets
@@ -150,7 +152,8 @@ class Recorder:
             self.logger.addHandler(_TerminalHandler())
             for name, (_, cut) in plans.items():
                 if cut:
-                    self.log(f"{name}.csv: its last line was cut ({cut} bytes, no newline); dropped it before appending")
+                    self.log(f"{name}.csv: its last line was cut ({cut} bytes, no newline); "
+                             "dropped it before appending")
             for name, (keep, _) in plans.items():
                 with writing(run_dir / f"{name}.csv"):
                     self.csv[name] = CsvLog(run_dir / f"{name}.csv", files[name], keep)

@@ -118,7 +118,8 @@ class RunDirLock:
             os.close(fd)
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 raise ConfigError([
-                    f"{flag}: {run_dir} is in use by another trainer (pid {holder}); wait for it to end or stop it first"
+                    f"{flag}: {run_dir} is in use by another trainer (pid {holder}); "
+                    "wait for it to end or stop it first"
                 ]) from None
             raise ConfigError([f"{flag}: cannot lock {path} ({exc.strerror or exc})"]) from None
         os.ftruncate(fd, 0)
@@ -155,7 +156,9 @@ def read_meta(run_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         raise ConfigError([f"{path}: not readable JSON ({exc}); move it aside to resume with a new one"]) from None
     if not isinstance(meta, dict) or not isinstance(meta.get("sessions"), list):
-        raise ConfigError([f"{path}: has no list of sessions; it is not this trainer's meta.json (move it aside to resume)"])
+        raise ConfigError([
+            f"{path}: has no list of sessions; it is not this trainer's meta.json (move it aside to resume)"
+        ])
     return meta
 
 
@@ -176,8 +179,8 @@ def resolve_resume(run_dir: str, given: dict[str, Any]) -> Config:
             setattr(cfg, name, value)
         elif value != current:
             errors.append(
-                f"{flag_name(name)} {value!r} would change the algorithm of the run being resumed (it has {current!r}); "
-                "drop the flag or start a new run"
+                f"{flag_name(name)} {value!r} would change the algorithm of the run being resumed "
+                f"(it has {current!r}); drop the flag or start a new run"
             )
     cfg.run_dir = str(run_dir)
     _default_workers(cfg)

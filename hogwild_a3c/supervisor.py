@@ -146,7 +146,8 @@ class ProcessChildren(_Children):
                                 "(are all of them started, with the same rendezvous?)")
             return False  # a dead syncer is reported by `check`
         self.hooks.log(f"node {self.node.name} (rank {self.node.rank} of {self.node.world_size}) synced: starting "
-                       f"from rank {int(self.shared.sync.source_rank[0])}'s weights at global step {self.shared.global_step()}")
+                       f"from rank {int(self.shared.sync.source_rank[0])}'s weights "
+                       f"at global step {self.shared.global_step()}")
         return True
 
     def _spawn(self, role: Role, rank: int) -> Child:
@@ -280,7 +281,8 @@ class InProcessChildren(_Children):
     def start(self) -> None:
         self.reports = InProcessReports()
         links = InProcessLinkFactory(self.shared, self.reports)
-        self.worker = Worker(0, self.cfg, self.env_info, links.worker_link(0), worker_seed(self.cfg.seed, 0, self.session))
+        self.worker = Worker(0, self.cfg, self.env_info, links.worker_link(0),
+                             worker_seed(self.cfg.seed, 0, self.session))
         self.evaluator = None
         if self.cfg.eval_episodes > 0:
             self.evaluator = Evaluator(self.cfg, self.env_info, links.evaluator_link(), self.run_dir,

@@ -3,11 +3,13 @@
 The hot loop, per rollout of T steps over K environments:
 
 1. Pull: copy the shared weights into the local model in place (`copy_`, no state-dict build).
-2. Collect (`Worker.collect() -> Rollout`): act under `torch.no_grad()`: one forward per step for all K environments at once, with the
-   LSTM cell written out (`ActorCritic.step`); observations, actions, rewards and values go into
-   the preallocated numpy arrays of one `Rollout`. No autograd graph is built while acting.
-3. Learn (`Worker.learn(rollout)`). Targets: returns and GAE per environment and per episode stretch (`algo.rollout_targets`),
-   bootstrapping from V(s_T) mid-episode and at time-limit cuts, from 0 at a true terminal.
+2. Collect (`Worker.collect() -> Rollout`): act under `torch.no_grad()`: one forward per step
+   for all K environments at once, with the LSTM cell written out (`ActorCritic.step`);
+   observations, actions, rewards and values go into the preallocated numpy arrays of one
+   `Rollout`. No autograd graph is built while acting.
+3. Learn (`Worker.learn(rollout)`). Targets: returns and GAE per environment and per episode
+   stretch (`algo.rollout_targets`), bootstrapping from V(s_T) mid-episode and at time-limit
+   cuts, from 0 at a true terminal.
 4. Replay with gradients: the conv encoder sees all T*K frames as one batch and `nn.LSTM` runs
    fused over the sequence from the LSTM state saved at the rollout's start; one backward.
 5. Clip to the global norm and push through the link (on one machine: hand the gradients to the
