@@ -18,7 +18,8 @@ from benchlib import load_config
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=200)
-    parser.add_argument("--preset", default="seed", help="the settings to profile (default: the seed's; `atari` is the Atari default)")
+    parser.add_argument("--preset", default="seed",
+                        help="the settings to profile (default: the seed's; `atari` is the Atari default)")
     parser.add_argument("--envs-per-worker", type=int, help="default: the preset's")
     args = parser.parse_args()
 
@@ -61,7 +62,8 @@ def main():
                 times.setdefault(name, []).append((after - before) * 1e3)
     medians = {name: statistics.median(values) for name, values in times.items()}
     total = sum(medians.values())
-    print(f"median ms per rollout over {args.rollouts} rollouts, K={cfg.envs_per_worker}, T={cfg.rollout_steps} ({args.preset}):")
+    print(f"median ms per rollout over {args.rollouts} rollouts, K={cfg.envs_per_worker}, T={cfg.rollout_steps} "
+          f"({args.preset}):")
     for name, ms in medians.items():
         print(f"  {name:32s} {ms:7.2f} ms  {100 * ms / total:5.1f}%")
     act = next(ms for name, ms in medians.items() if name.startswith("act"))

@@ -99,7 +99,8 @@ def test_restore_is_the_inverse_of_the_payload():
     torch.manual_seed(0)
     shared = SharedState.create(build_model((4,), 2, 8), 2, "adam", 1e-3)
     shared.optimizer_states[1]["step"].fill_(7)
-    progress = Progress(1234, 56.5, 3, 9.5, {"updates": 10, "skipped_updates": 1, "env_errors": 2, "worker_restarts": 0})
+    counters = {"updates": 10, "skipped_updates": 1, "env_errors": 2, "worker_restarts": 0}
+    progress = Progress(1234, 56.5, 3, 9.5, counters)
     payload = training_payload(shared.snapshot_weights(), shared, Config(env="CartPole-v1"), progress)
     fresh = SharedState.create(build_model((4,), 2, 8), 2, "adam", 1e-3)
     assert restore_training(fresh, payload) == progress

@@ -100,5 +100,7 @@ def test_a_killed_node_rejoins_and_the_global_step_never_goes_back(tmp_path):
     for node in survivors:  # saved when torchrun stopped it for the restart: no step lost, none repeated
         assert pd.read_csv(node / "progress.csv")["global_step"].is_monotonic_increasing
     for node in nodes_of(run_dir):
-        assert sessions(node)[-1]["ended"] in ("max_steps", "stopped with the other nodes (a budget, target or stop on one of them)")
+        assert sessions(node)[-1]["ended"] in (
+            "max_steps", "stopped with the other nodes (a budget, target or stop on one of them)"
+        )
         assert load_checkpoint(node / "checkpoints" / "latest.pt")["global_step"] >= 80000
