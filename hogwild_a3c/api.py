@@ -230,6 +230,11 @@ def evaluate(path: str | Path, episodes: int = 5, greedy: bool = False, seed: in
     game.reset(seed=seed)
     rng = np.random.default_rng(seed)
     try:
-        return [play_episode(policy.model, game, rng, greedy=greedy)[0] for _ in range(episodes)]
+        returns = []
+        for _ in range(episodes):
+            played = play_episode(policy.model, game, rng, greedy=greedy)
+            assert played is not None  # with no should_stop, every episode is played to its end
+            returns.append(played[0])
+        return returns
     finally:
         game.close()

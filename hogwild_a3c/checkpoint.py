@@ -16,9 +16,9 @@ import math
 import os
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
@@ -278,7 +278,7 @@ class Progress:
     elapsed_s: float = 0.0
     session: int = 0
     best_eval_return: float = -math.inf
-    counters: dict[str, int] | None = None
+    counters: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any]) -> Progress:
@@ -361,7 +361,7 @@ def _optimizer_problem(optimizer: Any, params: list[torch.Tensor]) -> str | None
     return None
 
 
-def _tensor_like(value: Any, shape: tuple[int, ...], dtype: torch.dtype) -> bool:
+def _tensor_like(value: Any, shape: tuple[int, ...], dtype: torch.dtype) -> TypeGuard[torch.Tensor]:
     return (isinstance(value, torch.Tensor) and tuple(value.shape) == shape and value.dtype == dtype
             and not value.is_sparse and bool(torch.isfinite(value).all()))
 

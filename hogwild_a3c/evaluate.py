@@ -81,12 +81,12 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
     if path.suffix == ".gif":
         # GIF stores delays in whole centiseconds, and pillow merges a frame identical to the one
         # before it into a longer delay: whole centiseconds keep the total exact.
-        imageio.mimsave(tmp, frames, duration=gif_frame_ms(fps), loop=0)
+        imageio.mimsave(tmp, frames, duration=gif_frame_ms(fps), loop=0)  # type: ignore[arg-type]  # an invariant list in its stub
     else:
         with imageio.get_writer(tmp, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p",
                                 macro_block_size=2, ffmpeg_log_level="error") as writer:
             for frame in frames:
-                writer.append_data(_even(np.asarray(frame)))
+                writer.append_data(_even(np.asarray(frame)))  # type: ignore[attr-defined]  # the FFMPEG writer has it
     tmp.replace(path)
 
 
@@ -138,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         for episode in range(1, args.episodes + 1):
             frames: list[np.ndarray] = []
             on_frame = (lambda frames=frames: frames.append(env.render())) if args.record else None
-            episode_return, length = play_episode(model, env, rng, greedy=args.greedy, on_frame=on_frame)
+            played = play_episode(model, env, rng, greedy=args.greedy, on_frame=on_frame)
+            assert played is not None  # with no should_stop, every episode is played to its end
+            episode_return, length = played
             returns.append(episode_return)
             line = f"episode {episode}: return {episode_return:g}, length {length}"
             if args.record:

@@ -68,7 +68,7 @@ def play_episode(
 
 
 class Evaluator:
-    def __init__(self, cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: Path, best_return: float,
+    def __init__(self, cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: str | Path, best_return: float,
                  seed: int):
         self.cfg = cfg
         self.link = link

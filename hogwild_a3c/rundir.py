@@ -198,6 +198,7 @@ def check_same_experiment(cfg: Config, checkpoint_config: Any, checkpoint: Path)
     fixed = experiment_fields() - resumable_fields()
     for name in sorted(fixed):
         if name in checkpoint_config and checkpoint_config[name] != getattr(cfg, name):
+            assert cfg.run_dir is not None  # a resumed run's directory is known
             raise ConfigError([
                 f"{Path(cfg.run_dir) / 'config.json'}: '{name}' is {getattr(cfg, name)!r} but {checkpoint} was trained "
                 f"with {checkpoint_config[name]!r}; config.json was edited or belongs to another run"

@@ -115,6 +115,7 @@ class ProcessChildren(_Children):
             return
         if self.cfg.eval_episodes > 0 and (self.node is None or self.node.runs_evaluator):
             self.children.append(self._spawn(Role.EVALUATOR, 0))
+        assert self.cfg.num_workers is not None  # resolved before any process starts
         for rank in range(self.cfg.num_workers):
             self.children.append(self._spawn(Role.WORKER, rank))
         self._publish_pids()
@@ -129,7 +130,8 @@ class ProcessChildren(_Children):
         links = HogwildLinkFactory(self.shared.for_child(None), child_end)
         args = (list(self.shared.model.parameters()), self.shared.worker_steps, self.shared.control, self.shared.sync,
                 self.node, self.cfg, self.progress, links, os.getpid())
-        process = self.ctx.Process(target=syncer_main, args=args, name="syncer", daemon=True)
+        # typeshed's BaseContext lacks Process; every concrete context has it
+        process = self.ctx.Process(target=syncer_main, args=args, name="syncer", daemon=True)  # type: ignore[attr-defined]
         process.start()
         child_end.close()
         self.children.append(Child(Role.SYNCER, self.node.rank, process, reader, heartbeat_slot=-1))
@@ -154,6 +156,8 @@ class ProcessChildren(_Children):
         reader, child_end = report_pipe(self.ctx)
         links = HogwildLinkFactory(self.shared.for_child(rank if role is Role.WORKER else None), child_end)
         parent = os.getpid()
+        target: Callable[..., None]
+        args: tuple[Any, ...]
         if role is Role.WORKER:
             target, args = worker_main, (rank, self.cfg, self.env_info, links, self.session, parent)
             slot = rank
@@ -164,7 +168,9 @@ class ProcessChildren(_Children):
             slot = self.shared.evaluator_slot
         # The stall clock of this slot starts only when the child says it is ready.
         self.shared.heartbeats[slot] = NOT_READY
-        process = self.ctx.Process(target=target, args=args, name=f"{role.value}-{rank}", daemon=True)
+        process = self.ctx.Process(  # type: ignore[attr-defined]
+            target=target, args=args, name=f"{role.value}-{rank}", daemon=True
+        )
         process.start()
         child_end.close()  # the child holds its own copy; ours would hide its end-of-file
         return Child(role, rank, process, reader, slot)

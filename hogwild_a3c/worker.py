@@ -143,7 +143,7 @@ class Worker:
                     f"worker {self.rank}: environment raised {self.env_errors_in_a_row} times in a row; "
                     f"last: {type(exc).__name__}: {exc}"
                 ) from exc
-            broken, self.envs[k] = self.envs[k], None
+            broken, self.envs[k] = self.envs[k], None  # type: ignore[call-overload]  # None: to be recreated
             try:
                 if broken is not None:
                     broken.close()
