@@ -3,7 +3,7 @@ the restart policy, and stops them.
 
 `ProcessChildren` runs the workers and the evaluator as processes; `InProcessChildren` runs one
 worker and the evaluator inside the main process (serial mode: exactly repeatable, debuggable
-with pdb). The training loop in `train.py` drives either through the same methods:
+with pdb). The training loop in `training.py` drives either through the same methods:
 `start`, `advance`, `messages`, `check`, `stop`, `worker_pids`.
 
 Restart policy: a dead worker stops the run, unless `--max-worker-restarts` allows restarting it
