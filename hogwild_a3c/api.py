@@ -23,8 +23,7 @@ import torch
 from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint
 from .config import Config, config_from_dict, flag_name, typed_values
 from .envs import EnvInfo, EnvSpecError, Frame42, describe_env, is_atari, make_env
-from .model import ActorCritic, State, build_model
-from .worker import sample_actions
+from .model import ActorCritic, State, build_model, sample_actions
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,8 @@ from .config import Config
 from .envs import EnvInfo, make_env
 from .files import WriteError
 from .lstm_watch import LstmWatch
-from .model import ActorCritic, State, build_model
+from .model import ActorCritic, State, build_model, sample_actions
 from .shared import EvaluatorLink
-from .worker import sample_actions
 
 POLL_S = 0.2
 CHECK_EVERY_STEPS = 64

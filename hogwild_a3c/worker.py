@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -40,20 +40,12 @@ import torch
 from .algo import a3c_loss, rollout_targets
 from .config import Config
 from .envs import EnvInfo, make_env
-from .model import State, build_model
+from .model import State, build_model, sample_actions
 from .shared import WorkerLink
 
 
 class EnvFailure(RuntimeError):
     """Too many consecutive exceptions from one worker's environments."""
-
-
-def sample_actions(logits: torch.Tensor, rng: np.random.Generator) -> np.ndarray:
-    """One categorical sample per row, by inverting the CDF with a uniform draw."""
-    probs = torch.softmax(logits, dim=-1).numpy().astype(np.float64)
-    cdf = np.cumsum(probs, axis=1)
-    draws = rng.random((len(cdf), 1)) * cdf[:, -1:]
-    return np.minimum((cdf < draws).sum(axis=1), cdf.shape[1] - 1)
 
 
 @dataclass
@@ -86,9 +78,6 @@ class Rollout:
     @property
     def steps(self) -> int:
         return self.actions.size
-
-    def array_fields(self) -> dict[str, np.ndarray]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "start_state"}
 
 
 def _no_profiling(phase: str) -> None:
