@@ -17,6 +17,7 @@ import numpy as np
 
 from .api import PolicyError, load_policy
 from .evaluator import play_episode
+from .exit_codes import EXIT_OK, EXIT_USAGE
 
 VIDEO_FORMATS = ("mp4", "gif")
 
@@ -97,26 +98,26 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     if args.episodes < 1:
         print(f"error: --episodes must be an integer >= 1 (got {args.episodes})", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if not args.target.exists():
         print(f"error: {args.target}: no such checkpoint file or run directory", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.fps < 1:
         print(f"error: --fps must be an integer >= 1 (got {args.fps})", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.record is not None:
         problem = video_writer_problem(args.video_format)
         if problem is not None:
             print(f"error: {problem}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         if args.record.exists() and not args.record.is_dir():
             print(f"error: --record {args.record} exists and is not a folder", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     try:
         policy = load_policy(args.target, env=args.env)
     except PolicyError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     cfg, model, path = policy.cfg, policy.model, policy.checkpoint
     how = "greedy" if args.greedy else "sampled"
     print(f"playing {path} ({cfg.env}, global step {policy.global_step}, {how} actions)")
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - e.g. a renderer's package is missing
             env.close()
             print(f"error: --record: {cfg.env} cannot render frames ({str(exc).splitlines()[0]})", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     rng = np.random.default_rng(args.seed)
     if args.record:
         args.record.mkdir(parents=True, exist_ok=True)
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         env.close()
     episodes = f"{len(returns)} episode{'s' if len(returns) != 1 else ''}"
     print(f"mean return over {episodes}: {np.mean(returns):g} (min {np.min(returns):g}, max {np.max(returns):g})")
-    return 0
+    return EXIT_OK
 
 
 class _CallableModule(types.ModuleType):

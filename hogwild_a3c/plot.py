@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .config import Config, experiment_fields
+from .exit_codes import EXIT_OK, EXIT_USAGE
 from .logs import load_run
 
 # Config fields that do not change what is being compared: seeds, budgets, bookkeeping.
@@ -140,18 +141,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.labels and (len(args.labels) != len(args.run_dirs) or len(set(args.labels)) != len(args.labels)):
         print(f"error: --labels: {len(args.labels)} names for {len(args.run_dirs)} run directories; "
               "give one distinct name per RUN_DIR", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     for run_dir in args.run_dirs:
         if not (Path(run_dir) / "config.json").is_file():
             print(f"error: {run_dir}: not a run directory (no config.json there)", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     try:
         out = plot_runs(args.run_dirs, args.out, args.title, args.labels)
     except ImportError as exc:
         print(f"error: plotting needs pandas and matplotlib: pip install -e '.[plot]' ({exc})", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(f"wrote {out}")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -18,9 +18,8 @@ import numpy as np
 import torch
 
 from .config import Config
+from .exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM
 from .shared import STAT
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
 
 
 class StopPolicy:

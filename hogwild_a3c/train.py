@@ -12,7 +12,7 @@ import signal
 import sys
 import types
 
-EXIT_USAGE, EXIT_SIGINT = 2, 130
+from .exit_codes import EXIT_SIGINT, EXIT_USAGE
 
 
 def main(argv: list[str] | None = None) -> int:
