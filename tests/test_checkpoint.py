@@ -11,31 +11,8 @@ from hogwild_a3c.config import Config
 from hogwild_a3c.envs import describe_env
 from hogwild_a3c.evaluator import Evaluator
 from hogwild_a3c.model import build_model
-from hogwild_a3c.shared import SharedState, copy_weights
-from tests.test_faults import CARTPOLE, last_session
-
-
-class FixedLink:
-    """An `EvaluatorLink` over a model in this process, recording what the evaluator reports."""
-
-    def __init__(self, model):
-        self.model, self.reported = model, []
-
-    def snapshot(self, model):
-        copy_weights(model, self.model)
-
-    def global_step(self):
-        return 1000
-
-    def report_evaluation(self, global_step, episodes, lstm=None):
-        self.reported.append((global_step, episodes))
-        self.lstm_health = lstm
-
-    def heartbeat(self):
-        pass
-
-    def should_stop(self):
-        return False
+from hogwild_a3c.shared import SharedState
+from tests.helpers import CARTPOLE, FixedLink, last_session
 
 
 def test_best_pt_is_written_only_on_improvement(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from hogwild_a3c import evaluate, plot
 from hogwild_a3c.config import HELP_GROUPS, Config, build_parser
 from hogwild_a3c.envs import EnvSpecError, check_spawnable, describe_env
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def test_a_prefix_of_a_flag_is_not_taken_for_the_flag(capsys):

@@ -15,24 +15,20 @@ import torch
 from hogwild_a3c import evaluate, train
 from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from hogwild_a3c.training import prepare
-from tests.conftest import REPO
-from tests.test_faults import CARTPOLE, last_progress, last_session, start_training, wait_for
-
-
-def serial_run(run_dir, *extra, steps=200):
-    assert train.main([*CARTPOLE, "--num-workers", "0", "--max-steps", str(steps), "--eval-episodes", "0",
-                       "--run-dir", str(run_dir), *extra]) == 0
-    return run_dir
+from tests.helpers import (
+    CARTPOLE,
+    REPO,
+    last_progress,
+    last_session,
+    one_error_line,
+    serial_run,
+    start_training,
+    wait_for,
+)
 
 
 def snapshot(run_dir):
     return {p.relative_to(run_dir): p.read_bytes() for p in sorted(Path(run_dir).rglob("*")) if p.is_file()}
-
-
-def one_error_line(capsys):
-    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("warning")]
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
 
 
 # -- a CSV line cut by a crash ------------------------------------------------------------------

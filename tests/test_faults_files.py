@@ -18,9 +18,7 @@ import torch
 
 from hogwild_a3c import evaluate, train
 from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tests.conftest import REPO
-from tests.test_faults import finish, last_session, start_run, training_started, wait_for
-from tests.test_faults_data import one_error_line, serial_run
+from tests.helpers import REPO, finish, last_session, one_error_line, serial_run, start_run, training_started, wait_for
 
 ROOT = os.geteuid() == 0
 KILLED = "killed or crashed (no clean end recorded)"  # meta.json's words, a contract

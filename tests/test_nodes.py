@@ -16,7 +16,7 @@ from hogwild_a3c import train
 from hogwild_a3c.checkpoint import load_checkpoint
 from hogwild_a3c.logs import load_run
 from hogwild_a3c.nodes import Node
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2"]
 # A rejoining node waits forever on torchrun's shared TCP store (pytorch/pytorch#147064) unless this is set.

@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 SCRIPTS = {
     "hogwild-a3c-train": "hogwild_a3c.train:command",

@@ -10,7 +10,7 @@ import pytest
 from nbclient import NotebookClient
 
 from hogwild_a3c import evaluate, plot, train
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 
 from hogwild_a3c import evaluate, plot
 from hogwild_a3c.config import build_parser
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 PARSERS = {"hogwild_a3c.train": build_parser, "hogwild_a3c.evaluate": evaluate.build_parser,
            "hogwild_a3c.plot": plot.build_parser}
