@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train train-nodes test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-pong bench-pong-compare bench-frames profile-hot-loop plot notebook clean
+.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-pong bench-pong-compare bench-frames profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ install: $(STAMP)
 
 train: $(STAMP)
 	$(PY) -m hogwild_a3c.train $(ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check
+	$(PY) -m mypy
 
 test: $(STAMP)
 	$(PY) -m pytest -q

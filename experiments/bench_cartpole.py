@@ -26,7 +26,8 @@ def main():
         run_dir = RUNS / "cartpole" / f"{stamp}-s{seed}"
         run_dirs.append(run_dir)
         code = run_trainer(["--env", config["env"], *config["flags"], "--seed", seed, "--target-return",
-                            config["target_return"], "--max-seconds", args.max_seconds, "--no-progress", "--run-dir", run_dir])
+                            config["target_return"], "--max-seconds", args.max_seconds, "--no-progress",
+                            "--run-dir", run_dir])
         session = json.loads((run_dir / "meta.json").read_text())["sessions"][-1]
         evals = pd.read_csv(run_dir / "eval.csv")
         reached = session["ended"] == "target_return"
@@ -34,7 +35,8 @@ def main():
             "seed": seed, "reached_475": reached, "exit_code": code,
             "time_s": float(evals["time_s"].iloc[-1]) if reached else float("nan"),
             "global_step": int(evals["global_step"].iloc[-1]) if reached else -1,
-            "final_eval_mean": float(evals.groupby("global_step")["episode_return"].mean().iloc[-1]) if len(evals) else float("nan"),
+            "final_eval_mean": (float(evals.groupby("global_step")["episode_return"].mean().iloc[-1])
+                                if len(evals) else float("nan")),
             "run_dir": run_dir.relative_to(RUNS.parent.parent),
         })
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -47,12 +49,14 @@ def main():
     if done:
         for key in ("time_s", "global_step"):
             values = [float(r[key]) for r in done]
-            summary.append({"measure": key, "median": statistics.median(values), "min": min(values), "max": max(values)})
+            summary.append({"measure": key, "median": statistics.median(values), "min": min(values),
+                            "max": max(values)})
     from hogwild_a3c.plot import plot_runs
 
     plot_runs(run_dirs, RESULTS / "cartpole.png", "CartPole-v1, 3 seeds: evaluation return")
     text = header("CartPole-v1 to a mean evaluation return of 475", "make bench-cartpole",
-                  {"flags": " ".join(config["flags"]), "seeds": args.seeds, "budget": f"{args.max_seconds:g} s per seed",
+                  {"flags": " ".join(config["flags"]), "seeds": args.seeds,
+                   "budget": f"{args.max_seconds:g} s per seed",
                    "reached": f"{len(done)} of {len(rows)} seeds"})
     text += "\n" + markdown_table(rows, list(rows[0]))
     if summary:

@@ -23,10 +23,10 @@ import subprocess
 import sys
 import time
 
-from benchlib import EXPERIMENTS, RESULTS, RUNS, header, load_config, markdown_table
-
 import numpy as np
 import pandas as pd
+
+from benchlib import EXPERIMENTS, RESULTS, RUNS, header, load_config, markdown_table
 
 
 def first_reach(episodes: pd.DataFrame, target: float, window: int):
@@ -101,13 +101,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="*", default=config["seeds"])
     parser.add_argument("--envs", nargs="*", default=[e["env"] for e in config["envs"]])
-    parser.add_argument("--flags", default="", help="extra trainer flags (default none: the point is that none are needed)")
+    parser.add_argument("--flags", default="",
+                        help="extra trainer flags (default none: the point is that none are needed)")
     parser.add_argument("--out", default="classic", help="results file stem under experiments/results/")
     args = parser.parse_args()
     try:
         import stable_baselines3  # noqa: F401
     except ImportError:
-        raise SystemExit("error: make bench-classic needs SB3: pip install -e '.[bench]' (make bench-classic does it)")
+        raise SystemExit(
+            "error: make bench-classic needs SB3: pip install -e '.[bench]' (make bench-classic does it)"
+        ) from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     window = int(config["window"])
     rows, notes = [], []
@@ -142,7 +145,8 @@ def render(rows: list[dict], notes: list[str], config: dict, seeds: list[int], f
     an interrupted benchmark still leaves its table)."""
     window = int(config["window"])
     RESULTS.mkdir(parents=True, exist_ok=True)
-    columns = ["env", "target", "agent", "seed", "reached", "time_s", "wall_s", "steps", "final_mean", "load1", "run_dir"]
+    columns = ["env", "target", "agent", "seed", "reached", "time_s", "wall_s", "steps", "final_mean", "load1",
+               "run_dir"]
     with open(RESULTS / f"{out}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
@@ -166,10 +170,13 @@ def render(rows: list[dict], notes: list[str], config: dict, seeds: list[int], f
     import stable_baselines3
 
     extra = {
-        "what": f"first time the mean of the last {window} training episodes reaches the target; median of seeds {seeds}",
-        "hogwild_a3c flags": f"--env ENV --seed S{(' ' + flags) if flags else ''} (no tuning flags; --eval-episodes 0 --no-progress for the benchmark)",
-        "SB3": f"stable-baselines3 {stable_baselines3.__version__}, A2C MlpPolicy, rl-zoo settings per env in experiments/configs/classic.json "
-               "(LunarLander: rl-zoo's lr 8.3e-4 held constant, since rl-zoo decays it linearly over its own step budget), torch threads 1",
+        "what": f"first time the mean of the last {window} training episodes reaches the target; "
+                f"median of seeds {seeds}",
+        "hogwild_a3c flags": f"--env ENV --seed S{(' ' + flags) if flags else ''} "
+                             "(no tuning flags; --eval-episodes 0 --no-progress for the benchmark)",
+        "SB3": f"stable-baselines3 {stable_baselines3.__version__}, A2C MlpPolicy, rl-zoo settings per env in "
+               "experiments/configs/classic.json (LunarLander: rl-zoo's lr 8.3e-4 held constant, since rl-zoo "
+               "decays it linearly over its own step budget), torch threads 1",
     }
     text = header("Classic control: this trainer with no flags against SB3 A2C (rl-zoo)", "make bench-classic", extra)
     text += "\n" + markdown_table(summary, list(summary[0])) if summary else "\nno runs\n"

@@ -92,7 +92,8 @@ def main() -> int:
         timings["seed, channel mean in float64 (before)"].append(per_call_us(old_rgb_path, rgb[100], args.calls // 5))
         timings["env step + fast"].append(step_us("fast", args.steps))
         timings["env step + seed"].append(step_us("seed", args.steps))
-    rows = [{"what": k, "us per frame (median)": statistics.median(v), "min": min(v), "max": max(v)} for k, v in timings.items()]
+    rows = [{"what": k, "us per frame (median)": statistics.median(v), "min": min(v), "max": max(v)}
+            for k, v in timings.items()]
 
     seed_obs = np.stack([wrapper.observation(f)[0] for f in rgb])
     fast_obs = np.stack([wrapper.observation(f)[0] for f in grey])

@@ -23,9 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-from benchlib import REPO, RESULTS, RUNS, header, load_config, markdown_table
-
 import pandas as pd
+
+from benchlib import REPO, RESULTS, RUNS, header, load_config, markdown_table
 
 
 def steps_per_s(progress_files: list[Path], warmup: float) -> float:

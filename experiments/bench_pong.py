@@ -34,11 +34,14 @@ def main():
     parser.add_argument("--max-seconds", type=float, default=config["max_seconds"], help="budget of each run")
     parser.add_argument("--num-workers", type=int, help="default: one per core")
     parser.add_argument("--extra-flags", default="", help="flags added to every run (a variant, not the default)")
-    parser.add_argument("--report-only", type=Path, nargs="+", metavar="RUN_DIR", help="only write the result files for these runs")
-    parser.add_argument("--out", help="name of the result files under experiments/results (default: pong, or pong-variant with --extra-flags)")
+    parser.add_argument("--report-only", type=Path, nargs="+", metavar="RUN_DIR",
+                        help="only write the result files for these runs")
+    parser.add_argument("--out", help="name of the result files under experiments/results "
+                                      "(default: pong, or pong-variant with --extra-flags)")
     args = parser.parse_args()
     if args.out is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.out):
-        parser.error(f"--out {args.out!r}: a file name of letters, digits, '.', '_' or '-' (it becomes NAME.md and NAME.png)")
+        parser.error(f"--out {args.out!r}: a file name of letters, digits, '.', '_' or '-' "
+                     "(it becomes NAME.md and NAME.png)")
     name = args.out or ("pong-variant" if args.extra_flags else "pong")
     extra = shlex.split(args.extra_flags) + (["--num-workers", args.num_workers] if args.num_workers else [])
     if args.report_only:
@@ -110,14 +113,15 @@ def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, na
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot_runs(run_dirs, RESULTS / f"{name}.png", "Pong (no sticky actions): evaluation return",
               labels=[r["run"] for r in rows])
+    command = "make bench-pong" + (f" ARGS='--extra-flags \"{extra_flags}\" --out {name}'" if extra_flags else "")
     text = header("Pong to a mean evaluation return of +18, default flags" if not extra_flags else
-                  f"Pong to +18, variant: {extra_flags}", "make bench-pong" + (f" ARGS='--extra-flags \"{extra_flags}\" --out {name}'" if extra_flags else ""),
+                  f"Pong to +18, variant: {extra_flags}", command,
                   {"algorithm flags": " ".join(["--env", config["env"], *config["flags"], extra_flags]).strip(),
                    "harness flags": "--seed S --target-return 18 --max-seconds B --no-progress --run-dir DIR",
                    "budget": "budget_min per run (the run's --max-seconds)",
                    "wall time": "minutes_to_+18 is the trainer's clock at the first evaluation whose 5-episode mean "
-                                "reached +18 (evaluation in its own process, sharing the cores); start_and_stop_s is the "
-                                "rest of the command's wall time (imports, start-up, final checkpoint)"})
+                                "reached +18 (evaluation in its own process, sharing the cores); start_and_stop_s is "
+                                "the rest of the command's wall time (imports, start-up, final checkpoint)"})
     text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table([summary], list(summary))
     text += f"\n![Pong curves]({name}.png)\n"
     (RESULTS / f"{name}.md").write_text(text)

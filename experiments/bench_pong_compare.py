@@ -4,8 +4,9 @@ the same number of agent steps, and their learning curves drawn side by side aga
 The variants live in experiments/configs/pong_compare.json: the seed's exact algorithm
 (`--preset seed`: K=1, 20-step rollouts, Adam 1e-4) and the default (`atari` preset); a variant
 may name a `commit`, run from a temporary git worktree of that commit. Each figure has the curves
-against agent steps (sample efficiency) and against wall time (what a user waits). Hogwild runs are not repeatable step for step even with
-one seed (the workers' interleaving differs), so the comparison is of curves, not of numbers.
+against agent steps (sample efficiency) and against wall time (what a user waits). Hogwild runs
+are not repeatable step for step even with one seed (the workers' interleaving differs), so the
+comparison is of curves, not of numbers.
 
 A variant whose run directory already holds a finished run is not run again (`--rerun` forces it),
 so the variants can be run one at a time: `ARGS='--variants default'`.
@@ -21,7 +22,6 @@ import subprocess
 from pathlib import Path
 
 from benchlib import REPO, RESULTS, RUNS, header, load_config, markdown_table, run_trainer
-
 from hogwild_a3c.logs import load_run
 from hogwild_a3c.plot import eval_curve, plot_runs
 
@@ -67,7 +67,8 @@ def summarise(name: str, variant: dict, run_dir: Path, report_at: list[int]) -> 
         "commit": str(run["meta"].get("git_commit") or "")[:7],
         "flags": " ".join(variant["flags"]) or "-",
         "steps": int(last["global_step"]),
-        "steps_per_s": float((last["global_step"] - settled["global_step"]) / max(last["time_s"] - settled["time_s"], 1e-9)),
+        "steps_per_s": float((last["global_step"] - settled["global_step"])
+                             / max(last["time_s"] - settled["time_s"], 1e-9)),
     }
     for step in report_at:
         # Training return: the last 50 finished episodes (all workers) before this step.
@@ -107,7 +108,8 @@ def main():
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     plot_runs([d for _, d in done], RESULTS / "pong_compare.png",
-              f"Pong, seed {config['seed']}, first {args.max_steps:,} steps: evaluation return (lines), training episodes (light)",
+              f"Pong, seed {config['seed']}, first {args.max_steps:,} steps: evaluation return (lines), "
+              "training episodes (light)",
               labels=[name for name, _ in done])
     with open(RESULTS / "pong_compare.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -116,8 +118,9 @@ def main():
     text = header("Pong learning curves side by side: " + ", ".join(names), "make bench-pong-compare",
                   {"flags (all variants)": " ".join(config["flags"]), "seed": config["seed"],
                    "steps": f"{args.max_steps:,} agent steps each",
-                   "variants": "; ".join(f"{v['name']}: {v.get('commit', 'this checkout')} {' '.join(v['flags'])}".strip()
-                                         for v in config["variants"]),
+                   "variants": "; ".join(
+                       f"{v['name']}: {v.get('commit', 'this checkout')} {' '.join(v['flags'])}".strip()
+                       for v in config["variants"]),
                    **{f"why {v['name']}": v["why"] for v in config["variants"] if "why" in v},
                    "train_Nk": "mean return of the last 50 training episodes (all workers) finished by step N",
                    "eval_Nk": "mean of the last evaluation (5 episodes) made by step N"})

@@ -20,9 +20,9 @@ import statistics
 import sys
 import time
 
-from benchlib import RESULTS, RUNS, header, load_config, markdown_table, run_trainer
-
 import pandas as pd
+
+from benchlib import RESULTS, RUNS, header, load_config, markdown_table, run_trainer
 
 
 def _raw_env_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, warmup, barrier, out):
@@ -140,7 +140,8 @@ def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, wit
     started = progress[progress["global_step"] > 0]
     start_time = started["time_s"].iloc[0] + warmup
     window = progress[progress["time_s"] >= start_time]
-    rate = (window["global_step"].iloc[-1] - window["global_step"].iloc[0]) / (window["time_s"].iloc[-1] - window["time_s"].iloc[0])
+    steps = window["global_step"].iloc[-1] - window["global_step"].iloc[0]
+    rate = steps / (window["time_s"].iloc[-1] - window["time_s"].iloc[0])
     return rate, float(window["worker_rss_mb"].median()), evaluator_cpu
 
 
@@ -150,16 +151,19 @@ def main():
     parser.add_argument("--workers", type=int, nargs="*", help="worker counts (default: 1..cores)")
     parser.add_argument("--envs-per-worker", type=int, nargs="*", help="default: the preset's (seed: 1)")
     parser.add_argument("--rollout-steps", type=int, nargs="*",
-                        help="rollout lengths T to measure (default: the preset's); fewer steps per update cost throughput")
+                        help="rollout lengths T to measure (default: the preset's); "
+                             "fewer steps per update cost throughput")
     parser.add_argument("--seconds", type=float, default=config["seconds_per_measurement"])
     parser.add_argument("--warmup", type=float, default=config["warmup_seconds"])
     parser.add_argument("--repeats", type=int, default=config["repeats"])
     parser.add_argument("--tag", default="", help="suffix of the result files, e.g. 'before'")
     parser.add_argument("--preset", default="seed",
-                        help="the trainer's preset (default: the seed's algorithm, 20-step rollouts, as in older results; "
-                             "`atari` is the Atari default, 10-step rollouts)")
-    parser.add_argument("--trainer-only", action="store_true", help="skip the raw-env and acting references (e.g. for an older commit)")
-    parser.add_argument("--no-evaluator-check", action="store_true", help="skip the 25 s measurement of the idle evaluator's CPU")
+                        help="the trainer's preset (default: the seed's algorithm, 20-step rollouts, as in older "
+                             "results; `atari` is the Atari default, 10-step rollouts)")
+    parser.add_argument("--trainer-only", action="store_true",
+                        help="skip the raw-env and acting references (e.g. for an older commit)")
+    parser.add_argument("--no-evaluator-check", action="store_true",
+                        help="skip the 25 s measurement of the idle evaluator's CPU")
     args = parser.parse_args()
     workers_list = args.workers or list(range(1, (os.cpu_count() or 1) + 1))
     from hogwild_a3c.presets import load_preset
@@ -175,7 +179,8 @@ def main():
 
     kwargs = parse_env_kwargs(env_kwargs)
     rows = []
-    cells = [(steps, envs, workers) for steps in args.rollout_steps for envs in args.envs_per_worker for workers in workers_list]
+    cells = [(steps, envs, workers)
+             for steps in args.rollout_steps for envs in args.envs_per_worker for workers in workers_list]
     for steps, envs, workers in cells:
         raw, acting, trainer, rss = [], [], [], []
         for repeat in range(args.repeats):
@@ -187,7 +192,8 @@ def main():
                                            preset=args.preset, rollout_steps=steps)
             trainer.append(rate)
             rss.append(mem)
-            print(f"workers {workers} envs/worker {envs} rollout steps {steps} repeat {repeat}: trainer {trainer[-1]:.0f} steps/s", flush=True)
+            print(f"workers {workers} envs/worker {envs} rollout steps {steps} repeat {repeat}: "
+                  f"trainer {trainer[-1]:.0f} steps/s", flush=True)
         references = {} if args.trainer_only else {
             "raw_env_steps_per_s": statistics.median(raw), "acting_steps_per_s": statistics.median(acting)}
         ratios = {} if args.trainer_only else {
@@ -212,7 +218,8 @@ def main():
     command = "make bench-throughput" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")
     text = header(
         f"Throughput on {env_id}{' (' + args.tag + ')' if args.tag else ''}", command,
-        {"env kwargs": " ".join(env_kwargs) or "none", "per cell": f"median of {args.repeats} runs of {args.seconds:g} s after {args.warmup:g} s warm-up",
+        {"env kwargs": " ".join(env_kwargs) or "none",
+         "per cell": f"median of {args.repeats} runs of {args.seconds:g} s after {args.warmup:g} s warm-up",
          "evaluator CPU while idle": "not measured (--no-evaluator-check)" if evaluator_cpu is None
          else f"{100 * evaluator_cpu:.2f}% of one core (10 s sample, eval interval far away)"},
     )

@@ -18,7 +18,8 @@ from benchlib import load_config
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=200)
-    parser.add_argument("--preset", default="seed", help="the settings to profile (default: the seed's; `atari` is the Atari default)")
+    parser.add_argument("--preset", default="seed",
+                        help="the settings to profile (default: the seed's; `atari` is the Atari default)")
     parser.add_argument("--envs-per-worker", type=int, help="default: the preset's")
     args = parser.parse_args()
 
@@ -54,14 +55,15 @@ def main():
         marks.append(("pull", time.perf_counter()))
         rollout = worker.collect()
         marks.append((f"act ({cfg.rollout_steps} steps x {cfg.envs_per_worker} envs)", time.perf_counter()))
-        worker.learn(rollout, phase_done=lambda phase: marks.append((phase, time.perf_counter())))
+        worker.learn(rollout, phase_done=lambda phase, marks=marks: marks.append((phase, time.perf_counter())))
         reports.read()
         if index >= 20:  # warm-up rollouts are not counted
             for (_, before), (name, after) in zip(marks, marks[1:]):
                 times.setdefault(name, []).append((after - before) * 1e3)
     medians = {name: statistics.median(values) for name, values in times.items()}
     total = sum(medians.values())
-    print(f"median ms per rollout over {args.rollouts} rollouts, K={cfg.envs_per_worker}, T={cfg.rollout_steps} ({args.preset}):")
+    print(f"median ms per rollout over {args.rollouts} rollouts, K={cfg.envs_per_worker}, T={cfg.rollout_steps} "
+          f"({args.preset}):")
     for name, ms in medians.items():
         print(f"  {name:32s} {ms:7.2f} ms  {100 * ms / total:5.1f}%")
     act = next(ms for name, ms in medians.items() if name.startswith("act"))

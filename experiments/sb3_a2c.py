@@ -12,7 +12,8 @@ import time
 
 
 def main():
-    env_id, seed, target, budget_s, launched = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+    env_id, seed = sys.argv[1], int(sys.argv[2])
+    target, budget_s, launched = float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
     settings = json.loads(sys.argv[6])
     window = int(settings.get("window", 20))
     import numpy as np

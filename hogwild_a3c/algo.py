@@ -29,10 +29,10 @@ def discount(x: np.ndarray, gamma: float) -> np.ndarray:
             values[t] = running
         out[:] = values
         return out
-    running = np.zeros(x.shape[1:])
+    running_rows = np.zeros(x.shape[1:])
     for t in range(len(x) - 1, -1, -1):
-        running = x[t] + gamma * running
-        out[t] = running
+        running_rows = x[t] + gamma * running_rows
+        out[t] = running_rows
     return out
 
 
@@ -72,7 +72,7 @@ def rollout_targets(
     advantages = np.empty((steps, envs), dtype=np.float32)
     for k in range(envs):
         start = 0
-        for end in list(np.flatnonzero(dones[:, k]) + 1) + [steps]:
+        for end in (np.flatnonzero(dones[:, k]) + 1).tolist() + [steps]:
             if end <= start:
                 continue
             bootstrap = done_values[end - 1, k] if dones[end - 1, k] else last_values[k]

@@ -23,8 +23,7 @@ import torch
 from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint
 from .config import Config, config_from_dict, flag_name, typed_values
 from .envs import EnvInfo, EnvSpecError, Frame42, describe_env, is_atari, make_env
-from .model import ActorCritic, State, build_model
-from .worker import sample_actions
+from .model import ActorCritic, State, build_model, sample_actions
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,9 @@ def _given(config: Config | str | Path | None, progress: bool | None, settings: 
     names = {f.name for f in dataclasses.fields(Config)}
     unknown = sorted(set(settings) - names)
     if unknown:
-        raise ValueError(f"unknown setting(s) {', '.join(unknown)}; the settings are Config's fields: {', '.join(sorted(names))}")
+        raise ValueError(
+            f"unknown setting(s) {', '.join(unknown)}; the settings are Config's fields: {', '.join(sorted(names))}"
+        )
     given: dict[str, Any] = {}
     if isinstance(config, Config):
         given = config.to_dict()
@@ -56,7 +57,9 @@ def _given(config: Config | str | Path | None, progress: bool | None, settings: 
     elif isinstance(config, (str, Path)):
         given["config"] = str(config)  # a JSON file of settings, as --config
     elif config is not None:
-        raise ValueError(f"config must be a Config or the path of a JSON file of settings (got {type(config).__name__})")
+        raise ValueError(
+            f"config must be a Config or the path of a JSON file of settings (got {type(config).__name__})"
+        )
     if progress is not None:
         if "no_progress" in settings:
             raise ValueError("give progress= or no_progress=, not both")
@@ -226,6 +229,11 @@ def evaluate(path: str | Path, episodes: int = 5, greedy: bool = False, seed: in
     game.reset(seed=seed)
     rng = np.random.default_rng(seed)
     try:
-        return [play_episode(policy.model, game, rng, greedy=greedy)[0] for _ in range(episodes)]
+        returns = []
+        for _ in range(episodes):
+            played = play_episode(policy.model, game, rng, greedy=greedy)
+            assert played is not None  # with no should_stop, every episode is played to its end
+            returns.append(played[0])
+        return returns
     finally:
         game.close()

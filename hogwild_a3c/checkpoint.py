@@ -16,9 +16,9 @@ import math
 import os
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
@@ -225,7 +225,9 @@ def resolve_checkpoint(target: str | os.PathLike, warn=print) -> tuple[dict[str,
 
 # -- the payloads -----------------------------------------------------------------------------
 
-def save_best(run_dir: str | os.PathLike, model: torch.nn.Module, global_step: int, mean_return: float, cfg: "Config") -> Path:
+def save_best(
+    run_dir: str | os.PathLike, model: torch.nn.Module, global_step: int, mean_return: float, cfg: Config
+) -> Path:
     """checkpoints/best.pt: the policy with the best mean evaluation return so far."""
     payload = {
         "format": FORMAT,
@@ -239,7 +241,7 @@ def save_best(run_dir: str | os.PathLike, model: torch.nn.Module, global_step: i
 
 
 def training_payload(
-    weights: dict[str, torch.Tensor], shared: "SharedState", cfg: "Config", progress: "Progress"
+    weights: dict[str, torch.Tensor], shared: SharedState, cfg: Config, progress: Progress
 ) -> dict[str, Any]:
     """What `save_checkpoint` writes: `weights` is a snapshot already checked to be finite."""
     from .rundir import versions
@@ -276,10 +278,10 @@ class Progress:
     elapsed_s: float = 0.0
     session: int = 0
     best_eval_return: float = -math.inf
-    counters: dict[str, int] | None = None
+    counters: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def from_payload(cls, payload: dict[str, Any]) -> "Progress":
+    def from_payload(cls, payload: dict[str, Any]) -> Progress:
         return cls(
             global_step=int(payload["global_step"]),
             elapsed_s=float(payload["elapsed_s"]),
@@ -359,7 +361,7 @@ def _optimizer_problem(optimizer: Any, params: list[torch.Tensor]) -> str | None
     return None
 
 
-def _tensor_like(value: Any, shape: tuple[int, ...], dtype: torch.dtype) -> bool:
+def _tensor_like(value: Any, shape: tuple[int, ...], dtype: torch.dtype) -> TypeGuard[torch.Tensor]:
     return (isinstance(value, torch.Tensor) and tuple(value.shape) == shape and value.dtype == dtype
             and not value.is_sparse and bool(torch.isfinite(value).all()))
 
@@ -372,7 +374,8 @@ def check_model_fits(payload: dict[str, Any], path: Path, model: torch.nn.Module
     expected = model.state_dict()
     saved = payload["model"]
     if (not isinstance(saved, dict) or set(saved) != set(expected)
-            or any(not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(expected[k].shape) for k, v in saved.items())):
+            or any(not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(expected[k].shape)
+                   for k, v in saved.items())):
         raise CheckpointError(f"{path}: its model does not fit this config (another --lstm-size, env or model?)")
     for name, tensor in saved.items():
         if tensor.dtype != expected[name].dtype:
@@ -382,7 +385,7 @@ def check_model_fits(payload: dict[str, Any], path: Path, model: torch.nn.Module
 
 
 @torch.no_grad()
-def restore_training(shared: "SharedState", payload: dict[str, Any]) -> Progress:
+def restore_training(shared: SharedState, payload: dict[str, Any]) -> Progress:
     """Load a training checkpoint into fresh shared state; returns where the run stood."""
     shared.model.load_state_dict(payload["model"])
     saved_states = payload["optimizer"]["states"]

@@ -39,16 +39,23 @@ class Config:
         None, "extra keyword arguments for gymnasium.make, as KEY=VALUE (VALUE a Python literal)", nargs="*"
     )
     # Where the defaults below come from (see hogwild_a3c/presets/ and README "Presets")
-    preset: str = _opt("auto", "settings to start from: auto picks by env (the env's own preset file if the package has one, else `atari` for Atari frames and `vector` for vector observations); or a preset name: atari, seed, vector, ...; --config and flags override it")
-    config: str | None = _opt(None, experiment=False, help="a JSON file of settings (keys are flag names with _ or -, e.g. {\"lr\": 0.001}); it may name a \"preset\" to start from; flags override it")
+    preset: str = _opt("auto", "settings to start from: auto picks by env (the env's own preset file if the package "
+                       "has one, else `atari` for Atari frames and `vector` for vector observations); or a preset "
+                       "name: atari, seed, vector, ...; --config and flags override it")
+    config: str | None = _opt(None, experiment=False, help="a JSON file of settings (keys are flag names with _ or -, "
+                              "e.g. {\"lr\": 0.001}); it may name a \"preset\" to start from; flags override it")
     frame: str = _opt("fast", "how Atari frames become grey: fast = ALE's luminance greyscale; seed = the mean of the "
                       "RGB channels, as the seed's _process_frame42 (about 35 us more per frame); other envs ignore it",
                       choices=["fast", "seed"])
     # Processes
-    num_workers: int | None = _opt(None, "worker processes; 0 runs one worker in the main process (serial, repeatable); default: one per core", resumable=True)
-    envs_per_worker: int = _opt(1, "environments each worker steps, acting on them as one batch; a worker then updates once per envs x rollout steps, so raise --lr with it (the atari preset: 8 envs, 10 steps, 4e-4)")
+    num_workers: int | None = _opt(None, "worker processes; 0 runs one worker in the main process (serial, "
+                                   "repeatable); default: one per core", resumable=True)
+    envs_per_worker: int = _opt(1, "environments each worker steps, acting on them as one batch; a worker then updates "
+                                "once per envs x rollout steps, so raise --lr with it (the atari preset: 8 envs, 10 "
+                                "steps, 4e-4)")
     seed: int = _opt(0, "seed of the model initialisation, the workers and the environments", experiment=False)
-    start_method: str = _run("spawn", "how children start (fork is unsafe with a warm OpenMP pool)", choices=["spawn", "forkserver"])
+    start_method: str = _run("spawn", "how children start (fork is unsafe with a warm OpenMP pool)",
+                             choices=["spawn", "forkserver"])
     sync_interval: float = _run(1.0, "multi-node runs (under torchrun): seconds between syncs of the nodes' models "
                                      "(0.5-1 suits 1 GbE, 0.1 suits 10 GbE)")
     sync_mode: str = _opt("sum", "multi-node runs: sum = every node's updates reach every node (A3C, like the seed's "
@@ -57,27 +64,39 @@ class Config:
     # Budgets
     max_steps: int | None = _run(None, "stop after this many agent steps, summed over workers (total, across resumes)")
     max_seconds: float | None = _run(None, "stop after this many seconds of run time (total, across resumes)")
-    target_return: float | None = _run(None, "stop once the mean of the last --eval-episodes evaluation returns reaches this")
+    target_return: float | None = _run(None, "stop once the mean of the last --eval-episodes evaluation returns "
+                                             "reaches this")
     # Algorithm (the seed's values)
     rollout_steps: int = _opt(20, "steps per environment between updates")
     gamma: float = _opt(0.99, "discount factor")
     gae_lambda: float = _opt(1.0, "GAE lambda (1.0: advantages are discounted returns minus values)")
     lr: float = _opt(1e-4, "Adam learning rate")
-    lr_warmup_updates: int = _opt(0, "raise each Adam's learning rate linearly from 0 to --lr over its first this many updates (0: none, the seed); 2000 = 2 / (1 - Adam's beta2) is the usual untuned choice")
+    lr_warmup_updates: int = _opt(0, "raise each Adam's learning rate linearly from 0 to --lr over its first this many "
+                                  "updates (0: none, the seed); 2000 = 2 / (1 - Adam's beta2) is the usual untuned "
+                                  "choice")
     entropy_coef: float = _opt(0.01, "weight of the entropy bonus")
     value_coef: float = _opt(0.5, "weight of the value loss")
     max_grad_norm: float = _opt(40.0, "clip gradients to this global norm")
-    optimizer: str = _opt("adam", "adam: each worker its own Adam statistics (the seed); shared-adam: one set in shared memory", choices=["adam", "shared-adam"])
+    optimizer: str = _opt("adam", "adam: each worker its own Adam statistics (the seed); shared-adam: one set in "
+                          "shared memory", choices=["adam", "shared-adam"])
     lstm_size: int = _opt(256, "LSTM hidden units (--core lstm)")
-    lstm_forget_bias: float = _opt(1.0, "the LSTM's forget-gate bias at initialisation: 1.0 is the seed's (TF's BasicLSTMCell "
-                                        "adds 1 to the forget gate); 0.0 was this trainer's until 2026-11-30")
-    core: str = _opt("lstm", "recurrent LSTM core (the seed) or a feedforward one (mlp: the encoder feeds the heads)", choices=["lstm", "mlp"])
+    lstm_forget_bias: float = _opt(1.0, "the LSTM's forget-gate bias at initialisation: 1.0 is the seed's (TF's "
+                                        "BasicLSTMCell adds 1 to the forget gate); 0.0 was this trainer's until "
+                                        "2026-11-30")
+    core: str = _opt("lstm", "recurrent LSTM core (the seed) or a feedforward one (mlp: the encoder feeds the heads)",
+                     choices=["lstm", "mlp"])
     hidden_size: int = _opt(128, "units of each of the 2 layers of the encoder for vector observations")
     activation: str = _opt("elu", "activation of the vector encoder", choices=["elu", "tanh"])
-    value_net: str = _opt("shared", "shared: the value head shares the policy's encoder and core; separate: with --core mlp, an MLP of its own (the lstm core then shares); mlp: an MLP of its own with either core, so with the lstm core the value has no memory (vector observations only)", choices=["shared", "separate", "mlp"])
-    loss_reduction: str = _opt("sum", "sum: the seed's loss summed over the batch; mean: averaged, so the clip threshold and lr do not depend on the batch size", choices=["sum", "mean"])
-    normalize_obs: bool = _opt(False, "scale observations by running mean and std (statistics shared by every process and saved in checkpoints)", negatable=True)
-    normalize_reward: bool = _opt(False, "scale rewards by the running std of the discounted return (shared and checkpointed like --normalize-obs)", negatable=True)
+    value_net: str = _opt("shared", "shared: the value head shares the policy's encoder and core; separate: with "
+                          "--core mlp, an MLP of its own (the lstm core then shares); mlp: an MLP of its own with "
+                          "either core, so with the lstm core the value has no memory (vector observations only)",
+                          choices=["shared", "separate", "mlp"])
+    loss_reduction: str = _opt("sum", "sum: the seed's loss summed over the batch; mean: averaged, so the clip "
+                               "threshold and lr do not depend on the batch size", choices=["sum", "mean"])
+    normalize_obs: bool = _opt(False, "scale observations by running mean and std (statistics shared by every process "
+                               "and saved in checkpoints)", negatable=True)
+    normalize_reward: bool = _opt(False, "scale rewards by the running std of the discounted return (shared and "
+                                  "checkpointed like --normalize-obs)", negatable=True)
     # Evaluation and logging
     eval_interval: float = _run(60.0, "seconds between evaluations of the shared policy")
     eval_episodes: int = _opt(5, "episodes per evaluation; 0 starts no evaluator", resumable=True)
@@ -90,11 +109,16 @@ class Config:
     wandb: bool = _run(False, "also log to Weights & Biases (needs the `wandb` extra): offline into the run directory "
                               "unless WANDB_MODE says otherwise; `wandb sync` uploads it later")
     # Faults
-    max_worker_restarts: int = _run(0, "restart a dead worker up to this many times in all, instead of stopping the run")
-    stall_timeout: float = _run(120.0, "report a worker or the evaluator that made no progress for this many seconds after it started")
-    max_env_errors: int = _run(10, "consecutive environment exceptions a worker survives (env recreated, rollout dropped)")
-    max_evaluator_restarts: int = _run(3, "restart a dead evaluator up to this many times in all; once more stops the run")
-    max_skipped_updates: int = _run(100, "stop the run when a worker skips this many updates in a row (non-finite loss or gradient)")
+    max_worker_restarts: int = _run(0, "restart a dead worker up to this many times in all, instead of stopping the "
+                                       "run")
+    stall_timeout: float = _run(120.0, "report a worker or the evaluator that made no progress for this many seconds "
+                                       "after it started")
+    max_env_errors: int = _run(10, "consecutive environment exceptions a worker survives (env recreated, rollout "
+                                   "dropped)")
+    max_evaluator_restarts: int = _run(3, "restart a dead evaluator up to this many times in all; once more stops the "
+                                          "run")
+    max_skipped_updates: int = _run(100, "stop the run when a worker skips this many updates in a row (non-finite loss "
+                                         "or gradient)")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -110,9 +134,9 @@ def experiment_fields() -> set[str]:
 
 # What a preset file may set: the algorithm and the model, nothing about processes or budgets.
 PRESET_FIELDS = {
-    "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "lr_warmup_updates", "entropy_coef", "value_coef",
-    "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size", "activation", "loss_reduction",
-    "normalize_obs", "normalize_reward", "value_net",
+    "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "lr_warmup_updates", "entropy_coef",
+    "value_coef", "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size", "activation",
+    "loss_reduction", "normalize_obs", "normalize_reward", "value_net",
 }
 
 
@@ -199,7 +223,8 @@ HELP_GROUPS = {
     "num_workers": "processes",
     "sync_interval": "several machines (under torchrun; see the README)",
     "max_steps": "budgets (a run stops at the first one reached)",
-    "rollout_steps": "algorithm (defaults shown are the seed's; --preset auto replaces them: atari on Atari frames, vector on flat observations)",
+    "rollout_steps": "algorithm (defaults shown are the seed's; --preset auto replaces them: atari on Atari frames, "
+                     "vector on flat observations)",
     "eval_interval": "evaluation, logging and the run directory",
     "max_worker_restarts": "faults",
 }
@@ -229,7 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar = "KEY=VALUE" if f.name == "env_kwargs" else None
         if not re.search(r"\bdefault\b", help_text):  # unless the help already tells its default
             shown = "none" if f.default is None else f.default
-            help_text += f" (seed's default: {shown}; presets may set it)" if f.name in PRESET_FIELDS else f" (default: {shown})"
+            if f.name in PRESET_FIELDS:
+                help_text += f" (seed's default: {shown}; presets may set it)"
+            else:
+                help_text += f" (default: {shown})"
         group.add_argument(flag_name(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     return parser
@@ -283,7 +311,8 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     if cfg.target_return is not None and cfg.eval_episodes == 0:
         errors.append("--target-return needs evaluations: give --eval-episodes >= 1")
     # A lock file alone is what an interrupted start-up leaves: nothing of a run to protect.
-    if cfg.run_dir is not None and not resuming and os.path.isdir(cfg.run_dir) and set(os.listdir(cfg.run_dir)) - {".lock"}:
+    if (cfg.run_dir is not None and not resuming and os.path.isdir(cfg.run_dir)
+            and set(os.listdir(cfg.run_dir)) - {".lock"}):
         errors.append(
             f"--run-dir {cfg.run_dir} already holds files; continue it with --resume {cfg.run_dir} or name a new folder"
         )

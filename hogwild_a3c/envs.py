@@ -186,8 +186,10 @@ class ActionsFromZero(gym.ActionWrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self._start = int(env.action_space.start)
-        self.action_space = gym.spaces.Discrete(int(env.action_space.n))
+        space = env.action_space
+        assert isinstance(space, gym.spaces.Discrete)  # wrap_actions wraps Discrete spaces only
+        self._start = int(space.start)
+        self.action_space = gym.spaces.Discrete(int(space.n))
 
     def action(self, action: int) -> int:
         return self._start + int(action)
@@ -218,9 +220,11 @@ def _kwargs_error(env_id: str, env_kwargs: dict[str, Any], exc: TypeError) -> st
 def _constructor_keywords(env_id: str) -> list[str]:
     """The keyword arguments the env's class accepts, when it says so plainly (no **kwargs)."""
     try:
-        creator = gym.spec(_import_env_module(env_id)).entry_point
-        if isinstance(creator, str):
-            creator = gym.envs.registration.load_env_creator(creator)
+        entry_point = gym.spec(_import_env_module(env_id)).entry_point
+        if entry_point is None:
+            return []
+        creator = (gym.envs.registration.load_env_creator(entry_point) if isinstance(entry_point, str)
+                   else entry_point)
         params = inspect.signature(creator).parameters.values()
     except Exception:  # noqa: BLE001 - only a hint: leave it out when it cannot be had
         return []
@@ -233,7 +237,8 @@ def _constructor_keywords(env_id: str) -> list[str]:
 def _fresh_process_env_ids() -> frozenset[str] | None:
     """The ids a new interpreter knows after importing only gymnasium and ale_py (asked once per
     process, about 0.5 s); None if that interpreter could not say."""
-    code = "import json, gymnasium, ale_py; gymnasium.register_envs(ale_py); print(json.dumps(list(gymnasium.registry)))"
+    code = ("import json, gymnasium, ale_py; gymnasium.register_envs(ale_py); "
+            "print(json.dumps(list(gymnasium.registry)))")
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         return frozenset(json.loads(proc.stdout.strip().splitlines()[-1])) if proc.returncode == 0 else None
@@ -252,7 +257,7 @@ def _child_knows(env_id: str, start_method: str, timeout: float = 60.0) -> bool 
     `__mp_main__`) and ask it; None if it did not answer."""
     ctx = mp.get_context(start_method)
     receive, send = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_report_registered, args=(env_id, send), daemon=True)
+    child = ctx.Process(target=_report_registered, args=(env_id, send), daemon=True)  # type: ignore[attr-defined]
     try:
         child.start()
         send.close()
@@ -299,7 +304,8 @@ def check_spawnable(env_id: str, start_method: str = "spawn") -> str | None:
     if reruns_main and _child_knows(env_id, start_method) is not False:
         return None
     module = _entry_point_module(spec)
-    where = "in __main__ (a notebook or the interactive prompt)" if module in (None, "__main__", "__mp_main__") else "in this process only"
+    where = ("in __main__ (a notebook or the interactive prompt)" if module in (None, "__main__", "__mp_main__")
+             else "in this process only")
     if module in (None, "__main__", "__mp_main__"):
         fix = f"move the env class and its gymnasium.register call into a module and give --env MODULE:{env_id}"
     else:

@@ -17,7 +17,7 @@ import numpy as np
 
 from .api import PolicyError, load_policy
 from .evaluator import play_episode
-
+from .exit_codes import EXIT_OK, EXIT_USAGE
 
 VIDEO_FORMATS = ("mp4", "gif")
 
@@ -51,7 +51,8 @@ def video_writer_problem(video_format: str) -> str | None:
 
             imageio_ffmpeg.get_ffmpeg_exe()
         except (ImportError, RuntimeError) as exc:
-            return f"--record in mp4 needs imageio-ffmpeg ({exc}): pip install -e '.[video]', or give --video-format gif"
+            return (f"--record in mp4 needs imageio-ffmpeg ({exc}): pip install -e '.[video]', "
+                    "or give --video-format gif")
     else:
         try:
             import PIL  # noqa: F401
@@ -81,12 +82,12 @@ def write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
     if path.suffix == ".gif":
         # GIF stores delays in whole centiseconds, and pillow merges a frame identical to the one
         # before it into a longer delay: whole centiseconds keep the total exact.
-        imageio.mimsave(tmp, frames, duration=gif_frame_ms(fps), loop=0)
+        imageio.mimsave(tmp, frames, duration=gif_frame_ms(fps), loop=0)  # type: ignore[arg-type]  # an invariant list in its stub
     else:
         with imageio.get_writer(tmp, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p",
                                 macro_block_size=2, ffmpeg_log_level="error") as writer:
             for frame in frames:
-                writer.append_data(_even(np.asarray(frame)))
+                writer.append_data(_even(np.asarray(frame)))  # type: ignore[attr-defined]  # the FFMPEG writer has it
     tmp.replace(path)
 
 
@@ -97,28 +98,29 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     if args.episodes < 1:
         print(f"error: --episodes must be an integer >= 1 (got {args.episodes})", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if not args.target.exists():
         print(f"error: {args.target}: no such checkpoint file or run directory", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.fps < 1:
         print(f"error: --fps must be an integer >= 1 (got {args.fps})", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if args.record is not None:
         problem = video_writer_problem(args.video_format)
         if problem is not None:
             print(f"error: {problem}", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
         if args.record.exists() and not args.record.is_dir():
             print(f"error: --record {args.record} exists and is not a folder", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     try:
         policy = load_policy(args.target, env=args.env)
     except PolicyError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     cfg, model, path = policy.cfg, policy.model, policy.checkpoint
-    print(f"playing {path} ({cfg.env}, global step {policy.global_step}, {'greedy' if args.greedy else 'sampled'} actions)")
+    how = "greedy" if args.greedy else "sampled"
+    print(f"playing {path} ({cfg.env}, global step {policy.global_step}, {how} actions)")
 
     env = policy.make_env(render_mode="rgb_array" if args.record else None)
     env.reset(seed=args.seed)
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - e.g. a renderer's package is missing
             env.close()
             print(f"error: --record: {cfg.env} cannot render frames ({str(exc).splitlines()[0]})", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     rng = np.random.default_rng(args.seed)
     if args.record:
         args.record.mkdir(parents=True, exist_ok=True)
@@ -136,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for episode in range(1, args.episodes + 1):
             frames: list[np.ndarray] = []
-            on_frame = (lambda: frames.append(env.render())) if args.record else None
-            episode_return, length = play_episode(model, env, rng, greedy=args.greedy, on_frame=on_frame)
+            on_frame = (lambda frames=frames: frames.append(env.render())) if args.record else None
+            played = play_episode(model, env, rng, greedy=args.greedy, on_frame=on_frame)
+            assert played is not None  # with no should_stop, every episode is played to its end
+            episode_return, length = played
             returns.append(episode_return)
             line = f"episode {episode}: return {episode_return:g}, length {length}"
             if args.record:
@@ -147,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
     finally:
         env.close()
-    print(f"mean return over {len(returns)} episode{'s' if len(returns) != 1 else ''}: {np.mean(returns):g} (min {np.min(returns):g}, max {np.max(returns):g})")
-    return 0
+    episodes = f"{len(returns)} episode{'s' if len(returns) != 1 else ''}"
+    print(f"mean return over {episodes}: {np.mean(returns):g} (min {np.min(returns):g}, max {np.max(returns):g})")
+    return EXIT_OK
 
 
 class _CallableModule(types.ModuleType):

@@ -8,8 +8,9 @@ supervisor restarts it when it dies.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,9 +20,8 @@ from .config import Config
 from .envs import EnvInfo, make_env
 from .files import WriteError
 from .lstm_watch import LstmWatch
-from .model import ActorCritic, State, build_model
+from .model import ActorCritic, State, build_model, sample_actions
 from .shared import EvaluatorLink
-from .worker import sample_actions
 
 POLL_S = 0.2
 CHECK_EVERY_STEPS = 64
@@ -67,7 +67,8 @@ def play_episode(
 
 
 class Evaluator:
-    def __init__(self, cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: Path, best_return: float, seed: int):
+    def __init__(self, cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: str | Path, best_return: float,
+                 seed: int):
         self.cfg = cfg
         self.link = link
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
@@ -113,7 +114,8 @@ class Evaluator:
         self.env.close()
 
 
-def run_evaluator(cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: str, best_return: float, seed: int) -> None:
+def run_evaluator(cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: str, best_return: float,
+                  seed: int) -> None:
     """The evaluator's whole life as a process of its own."""
     evaluator = Evaluator(cfg, env_info, link, Path(run_dir), best_return, seed)
     link.heartbeat()  # ready: the stall clock starts now

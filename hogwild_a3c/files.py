@@ -15,9 +15,9 @@ from __future__ import annotations
 import errno
 import os
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 
 class WriteError(RuntimeError):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .files import WriteError, temp_path, writing
 

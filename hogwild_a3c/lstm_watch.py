@@ -57,7 +57,7 @@ class LstmWatch:
 
     def observe(self, state: tuple[torch.Tensor, torch.Tensor]) -> None:
         h = state[0].reshape(-1).double()
-        if self.h_sum is None:
+        if self.h_sum is None or self.h_sumsq is None:
             self.h_sum, self.h_sumsq = torch.zeros_like(h), torch.zeros_like(h)
         self.h_sum += h
         self.h_sumsq += h * h
@@ -69,7 +69,7 @@ class LstmWatch:
             self.cells.append(float(self._last_state[1].abs().mean()))
 
     def health(self) -> LstmHealth | None:
-        if self.steps < 2 or not self.cells or self.h_sum is None:
+        if self.steps < 2 or not self.cells or self.h_sum is None or self.h_sumsq is None:
             return None
         mean = self.h_sum / self.steps
         variance = (self.h_sumsq / self.steps - mean * mean).clamp(min=0.0)

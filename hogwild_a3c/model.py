@@ -44,6 +44,7 @@ class ConvEncoder(nn.Sequential):
             fan_in = conv.in_channels * 9
             fan_out = conv.out_channels * 9
             _glorot_uniform_(conv.weight, fan_in, fan_out)
+            assert conv.bias is not None  # typed Optional: bias=False would leave none
             nn.init.zeros_(conv.bias)
             layers += [conv, nn.ELU()]
             size = (size + 1) // 2
@@ -81,6 +82,11 @@ class RunningMoments(nn.Module):
     its rollout's moments into the shared buffers with `merge_`. Hogwild: two workers merging at
     the same instant may lose one batch's contribution, which only slows the estimate a little.
     """
+
+    # Registered as buffers below; declared so that type checkers know them as tensors.
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
 
     def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
         super().__init__()
@@ -139,15 +145,18 @@ class ActorCritic(nn.Module):
         # Registered only when asked for, so a model without them (the seed's) keeps its state dict.
         self.obs_norm = RunningMoments(self.obs_shape) if normalize_obs else None
         self.return_norm = RunningMoments(()) if normalize_reward else None
+        self.lstm: nn.LSTM | None
         if core == "lstm":
             self.lstm = nn.LSTM(self.encoder.out_features, lstm_size)
             # TF's BasicLSTMCell, which the seed uses, starts its bias at zero and adds a constant
             # forget_bias (1.0) to the forget gate. A trainable bias that starts at 1.0 gets the same
             # gradients, so it trains the same; the forget gate then starts near 0.73, not 0.5.
-            nn.init.zeros_(self.lstm.bias_ih_l0)
-            nn.init.zeros_(self.lstm.bias_hh_l0)
+            # get_parameter: nn.LSTM sets its per-layer weights by name, untyped.
+            nn.init.zeros_(self.lstm.get_parameter("bias_ih_l0"))
+            nn.init.zeros_(self.lstm.get_parameter("bias_hh_l0"))
             with torch.no_grad():
-                self.lstm.bias_ih_l0[lstm_size : 2 * lstm_size] = lstm_forget_bias  # torch's gate order: i, f, g, o
+                # torch's gate order: i, f, g, o
+                self.lstm.get_parameter("bias_ih_l0")[lstm_size : 2 * lstm_size] = lstm_forget_bias
             head_in = lstm_size
         else:
             self.lstm = None
@@ -185,7 +194,8 @@ class ActorCritic(nn.Module):
             obs = self.obs_norm.normalize(obs)
         out = self.encoder(obs)
         value_in = out if self.value_encoder is None else self.value_encoder(obs)
-        return F.linear(out, self.policy.weight, self.policy.bias), F.linear(value_in, self.value.weight, self.value.bias).squeeze(-1)
+        logits = F.linear(out, self.policy.weight, self.policy.bias)
+        return logits, F.linear(value_in, self.value.weight, self.value.bias).squeeze(-1)
 
     def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
         """One step for a batch: obs [B, *obs_shape] -> logits [B, A], value [B], next state.
@@ -200,8 +210,10 @@ class ActorCritic(nn.Module):
             logits, value = self._feedforward(obs)
             return logits, value, state
         h, c = state[0][0], state[1][0]
-        gates = F.linear(self.features(obs), lstm.weight_ih_l0, lstm.bias_ih_l0)
-        gates = gates + F.linear(h, lstm.weight_hh_l0, lstm.bias_hh_l0)
+        # nn.LSTM sets its per-layer weights by name, so they type as Tensor | Module; get_parameter
+        # would cost a lookup per step.
+        gates = F.linear(self.features(obs), lstm.weight_ih_l0, lstm.bias_ih_l0)  # type: ignore[arg-type]
+        gates = gates + F.linear(h, lstm.weight_hh_l0, lstm.bias_hh_l0)  # type: ignore[arg-type]
         in_gate, forget_gate, cell_gate, out_gate = gates.chunk(4, dim=1)
         c = torch.sigmoid(forget_gate) * c + torch.sigmoid(in_gate) * torch.tanh(cell_gate)
         h = torch.sigmoid(out_gate) * torch.tanh(c)
@@ -211,6 +223,7 @@ class ActorCritic(nn.Module):
         return logits, value, (h.unsqueeze(0), c.unsqueeze(0))
 
     def _value_features(self, obs: torch.Tensor) -> torch.Tensor:
+        assert self.value_encoder is not None  # called only for a model with one
         return self.value_encoder(obs if self.obs_norm is None else self.obs_norm.normalize(obs))
 
     def replay(
@@ -235,6 +248,7 @@ class ActorCritic(nn.Module):
         h, c = state
         for start, end in zip(cuts[:-1], cuts[1:]):
             if start > 0:
+                assert resets is not None  # cuts after 0 come from resets only
                 keep = (~resets[start]).to(h.dtype).view(1, batch, 1)
                 h, c = h * keep, c * keep
             out, (h, c) = self.lstm(features[start:end], (h, c))
@@ -261,4 +275,12 @@ def build_model(obs_shape: tuple[int, ...], num_actions: int, arch: Any) -> Acto
     # Channels-last conv weights run the CPU (oneDNN) kernels ~25% faster here, forward and
     # backward (measured: 7.2 -> 5.5 ms for a 20-frame replay); every copy of the model, shared
     # or local, gets the same layout so weight copies and gradient hand-off stay plain copies.
-    return model.to(memory_format=torch.channels_last)
+    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks it
+
+
+def sample_actions(logits: torch.Tensor, rng: np.random.Generator) -> np.ndarray:
+    """One categorical sample per row, by inverting the CDF with a uniform draw."""
+    probs = torch.softmax(logits, dim=-1).numpy().astype(np.float64)
+    cdf = np.cumsum(probs, axis=1)
+    draws = rng.random((len(cdf), 1)) * cdf[:, -1:]
+    return np.minimum((cdf < draws).sum(axis=1), cdf.shape[1] - 1)

@@ -28,7 +28,7 @@ class Node:
     host: str
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> "Node | None":
+    def from_env(cls, environ: dict[str, str] | None = None) -> Node | None:
         """This node under torchrun, else None (a single-machine run). Under torchrun even a world
         of one is a node: a machine whose peers were lost is restarted by its agent into a world of
         one and must go on as a node of the same run, in its own directory."""

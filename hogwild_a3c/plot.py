@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .config import Config, experiment_fields
+from .exit_codes import EXIT_OK, EXIT_USAGE
 from .logs import load_run
 
 # Config fields that do not change what is being compared: seeds, budgets, bookkeeping.
@@ -126,7 +127,8 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hogwild_a3c.plot", description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="python -m hogwild_a3c.plot", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     parser.add_argument("--out", default="curves.png", help="PNG file to write (default: curves.png)")
     parser.add_argument("--title", help="figure title")
@@ -137,20 +139,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.labels and (len(args.labels) != len(args.run_dirs) or len(set(args.labels)) != len(args.labels)):
-        print(f"error: --labels: {len(args.labels)} names for {len(args.run_dirs)} run directories; give one distinct name per RUN_DIR",
-              file=sys.stderr)
-        return 2
+        print(f"error: --labels: {len(args.labels)} names for {len(args.run_dirs)} run directories; "
+              "give one distinct name per RUN_DIR", file=sys.stderr)
+        return EXIT_USAGE
     for run_dir in args.run_dirs:
         if not (Path(run_dir) / "config.json").is_file():
             print(f"error: {run_dir}: not a run directory (no config.json there)", file=sys.stderr)
-            return 2
+            return EXIT_USAGE
     try:
         out = plot_runs(args.run_dirs, args.out, args.title, args.labels)
     except ImportError as exc:
         print(f"error: plotting needs pandas and matplotlib: pip install -e '.[plot]' ({exc})", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(f"wrote {out}")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

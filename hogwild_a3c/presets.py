@@ -42,7 +42,7 @@ def auto_preset(env_id: str) -> str:
     own = env_preset_name(env_id)
     if (PRESET_DIR / f"{own}.json").is_file():
         return own
-    from .envs import is_atari, _import_env_module
+    from .envs import _import_env_module, is_atari
 
     try:
         return "atari" if is_atari(_import_env_module(env_id)) else "vector"
@@ -57,7 +57,8 @@ def _check_values(values: dict[str, Any], allowed: set[str], where: str) -> tupl
         if key in META_KEYS:
             continue
         if key not in allowed:
-            what = "a preset may set only " + ", ".join(sorted(allowed)) if allowed is PRESET_FIELDS else "not a setting"
+            what = ("a preset may set only " + ", ".join(sorted(allowed)) if allowed is PRESET_FIELDS
+                    else "not a setting")
             errors.append(f"{where}: unknown or disallowed key {key!r} ({what})")
         else:
             known[key] = value

@@ -8,17 +8,26 @@ saves), and TensorBoard events when asked for. Messages go to the terminal throu
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .config import Config
 from .files import Reserve, WriteError, describe_failure, writing
-from .logs import (EPISODES_COLUMNS, EVAL_COLUMNS, PROGRESS_COLUMNS, CsvLog, complete_length, rewrite_json_in_place,
-                   write_json)
+from .logs import (
+    EPISODES_COLUMNS,
+    EVAL_COLUMNS,
+    PROGRESS_COLUMNS,
+    CsvLog,
+    complete_length,
+    rewrite_json_in_place,
+    write_json,
+)
 from .rundir import new_meta, now_iso, versions
 
 
@@ -53,7 +62,9 @@ class _RunLogHandler(logging.FileHandler):
 KILLED = "killed or crashed (no clean end recorded)"
 
 
-def close_dead_sessions(meta: dict[str, Any], run_dir: Path, checkpoint: tuple[int, Path] | None) -> list[dict[str, Any]]:
+def close_dead_sessions(
+    meta: dict[str, Any], run_dir: Path, checkpoint: tuple[int, Path] | None
+) -> list[dict[str, Any]]:
     """Mark the sessions that meta.json still says are running as ended by a kill or a crash.
 
     Only a process that holds the run's lock gets here, so none of them is running. Each gets
@@ -62,6 +73,7 @@ def close_dead_sessions(meta: dict[str, Any], run_dir: Path, checkpoint: tuple[i
     (`checkpoint`: step and file), progress.csv's last row and the step it started from."""
     sessions = [s for s in meta.get("sessions", []) if isinstance(s, dict)]
     closed = []
+    step: int | None
     for i, session in enumerate(sessions):
         if session.get("ended") != "running":
             continue
@@ -142,14 +154,15 @@ class Recorder:
             self.logger.addHandler(_TerminalHandler())
             for name, (_, cut) in plans.items():
                 if cut:
-                    self.log(f"{name}.csv: its last line was cut ({cut} bytes, no newline); dropped it before appending")
+                    self.log(f"{name}.csv: its last line was cut ({cut} bytes, no newline); "
+                             "dropped it before appending")
             for name, (keep, _) in plans.items():
                 with writing(run_dir / f"{name}.csv"):
                     self.csv[name] = CsvLog(run_dir / f"{name}.csv", files[name], keep)
             write_json(run_dir / "config.json", cfg.to_dict())
             self.reserve = Reserve(run_dir)
             self.meta = meta if meta is not None else new_meta(argv)
-            self.session = {
+            self.session: dict[str, Any] = {
                 "session": session, "pid": os.getpid(), "start": now_iso(), "end": None, "ended": "running",
                 "exit_code": None, "global_step_start": global_step, "argv": argv,
                 "versions": versions(), "num_workers": cfg.num_workers,
@@ -175,7 +188,9 @@ class Recorder:
             self._wandb_owns_service = wandb.run is None
             # Offline unless the user asked otherwise: training must never wait on a network.
             self.wandb = wandb.init(project="hogwild_a3c", name=run_dir.name, dir=str(run_dir), config=cfg.to_dict(),
-                                    mode=os.environ.get("WANDB_MODE", "offline"), resume="allow", reinit="create_new",
+                                    # wandb checks the mode it is given; its stub wants one of its literals
+                                    mode=os.environ.get("WANDB_MODE", "offline"),  # type: ignore[arg-type]
+                                    resume="allow", reinit="create_new",
                                     id=re.sub(r"[^A-Za-z0-9_-]", "-", run_dir.resolve().name)[:64])
             # Rows arrive out of step order (workers report at different moments): plot by global_step.
             self.wandb.define_metric("*", step_metric="global_step")
@@ -273,7 +288,7 @@ class Recorder:
         pending, self._unwritten_errors = self._unwritten_errors, []
         errors_log = self.run_dir / "errors.log"
         for stamped in pending:
-            self._attempt(errors_log, lambda: _append(errors_log, stamped))
+            self._attempt(errors_log, functools.partial(_append, errors_log, stamped))
 
     def _write_meta(self) -> str | None:
         path = self.run_dir / "meta.json"

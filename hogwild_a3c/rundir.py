@@ -105,7 +105,7 @@ class RunDirLock:
         self.path = path
 
     @classmethod
-    def acquire(cls, run_dir: Path, flag: str) -> "RunDirLock":
+    def acquire(cls, run_dir: Path, flag: str) -> RunDirLock:
         path = run_dir / cls.NAME
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -118,7 +118,8 @@ class RunDirLock:
             os.close(fd)
             if exc.errno in (errno.EAGAIN, errno.EACCES):
                 raise ConfigError([
-                    f"{flag}: {run_dir} is in use by another trainer (pid {holder}); wait for it to end or stop it first"
+                    f"{flag}: {run_dir} is in use by another trainer (pid {holder}); "
+                    "wait for it to end or stop it first"
                 ]) from None
             raise ConfigError([f"{flag}: cannot lock {path} ({exc.strerror or exc})"]) from None
         os.ftruncate(fd, 0)
@@ -155,7 +156,9 @@ def read_meta(run_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError) as exc:
         raise ConfigError([f"{path}: not readable JSON ({exc}); move it aside to resume with a new one"]) from None
     if not isinstance(meta, dict) or not isinstance(meta.get("sessions"), list):
-        raise ConfigError([f"{path}: has no list of sessions; it is not this trainer's meta.json (move it aside to resume)"])
+        raise ConfigError([
+            f"{path}: has no list of sessions; it is not this trainer's meta.json (move it aside to resume)"
+        ])
     return meta
 
 
@@ -176,8 +179,8 @@ def resolve_resume(run_dir: str, given: dict[str, Any]) -> Config:
             setattr(cfg, name, value)
         elif value != current:
             errors.append(
-                f"{flag_name(name)} {value!r} would change the algorithm of the run being resumed (it has {current!r}); "
-                "drop the flag or start a new run"
+                f"{flag_name(name)} {value!r} would change the algorithm of the run being resumed "
+                f"(it has {current!r}); drop the flag or start a new run"
             )
     cfg.run_dir = str(run_dir)
     _default_workers(cfg)
@@ -195,6 +198,7 @@ def check_same_experiment(cfg: Config, checkpoint_config: Any, checkpoint: Path)
     fixed = experiment_fields() - resumable_fields()
     for name in sorted(fixed):
         if name in checkpoint_config and checkpoint_config[name] != getattr(cfg, name):
+            assert cfg.run_dir is not None  # a resumed run's directory is known
             raise ConfigError([
                 f"{Path(cfg.run_dir) / 'config.json'}: '{name}' is {getattr(cfg, name)!r} but {checkpoint} was trained "
                 f"with {checkpoint_config[name]!r}; config.json was edited or belongs to another run"

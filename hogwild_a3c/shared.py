@@ -14,13 +14,16 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import nn
 
 from .lstm_watch import LstmHealth
 from .messages import EpisodeEnded, Evaluated, WriteFailed
+
+if TYPE_CHECKING:
+    from .model import RunningMoments
 
 # Columns of the per-worker statistics table (float64, one row per worker slot). Each worker
 # writes only its own row, so no lock is needed; the main process reads every row.
@@ -57,8 +60,8 @@ def copy_weights(dst: nn.Module, src: nn.Module) -> None:
     """In-place copy of every parameter and buffer (cheaper than load_state_dict's dict build)."""
     for d, s in zip(dst.parameters(), src.parameters()):
         d.copy_(s)
-    for d, s in zip(dst.buffers(), src.buffers()):
-        d.copy_(s)
+    for d_buffer, s_buffer in zip(dst.buffers(), src.buffers()):
+        d_buffer.copy_(s_buffer)
 
 
 def new_adam_state(model: nn.Module) -> dict[str, Any]:
@@ -113,7 +116,7 @@ class SharedAdam:
         torch._foreach_add_(steps, 1)
         lr = self.step_size(float(steps[0])) if self.warmup_updates > 0 else self.lr
         torch._fused_adam_(
-            [self.params[i] for i in have], [self.params[i].grad for i in have],
+            [self.params[i] for i in have], cast("list[torch.Tensor]", [self.params[i].grad for i in have]),
             [self.exp_avgs[i] for i in have], [self.exp_avg_sqs[i] for i in have], [], steps,
             lr=lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
             amsgrad=False, maximize=False,
@@ -142,7 +145,7 @@ class SharedState:
     sync: Any = None  # multi-node: the syncer's `SyncStatus` (the global step over every node)
 
     @classmethod
-    def create(cls, model: nn.Module, slots: int, optimizer: str, lr: float, lr_warmup_updates: int = 0) -> "SharedState":
+    def create(cls, model: nn.Module, slots: int, optimizer: str, lr: float, lr_warmup_updates: int = 0) -> SharedState:
         model.share_memory()
         states = [new_adam_state(model) for _ in range(1 if optimizer == "shared-adam" else slots)]
         return cls(
@@ -177,7 +180,7 @@ class SharedState:
     def optimizer_state_for(self, rank: int) -> dict[str, Any]:
         return self.optimizer_states[0 if len(self.optimizer_states) == 1 else rank]
 
-    def for_child(self, rank: int | None) -> "SharedState":
+    def for_child(self, rank: int | None) -> SharedState:
         """What one child needs: a worker gets only its own optimizer statistics, the evaluator
         none, so each process maps only the shared memory it uses."""
         states = [] if rank is None else [self.optimizer_state_for(rank)]
@@ -268,10 +271,11 @@ class HogwildLink:
 
     def merge_statistics(self, obs: Any, returns: Any) -> None:
         # Into the shared model's buffers, lock-free like the weights: workers pull them with them.
+        # A model that reports statistics has the norms (typed only as submodules of nn.Module).
         if obs is not None:
-            self.shared.model.obs_norm.merge_(obs)
+            cast("RunningMoments", self.shared.model.obs_norm).merge_(obs)
         if returns is not None:
-            self.shared.model.return_norm.merge_(returns)
+            cast("RunningMoments", self.shared.model.return_norm).merge_(returns)
 
     def report_episode(self, episode_return: float, length: int) -> None:
         self.reports.send(EpisodeEnded(self.rank, self.global_step(), float(episode_return), int(length), time.time()))
@@ -291,7 +295,9 @@ class EvaluatorLink(Protocol):
 
     def snapshot(self, model: nn.Module) -> None: ...
     def global_step(self) -> int: ...
-    def report_evaluation(self, global_step: int, episodes: list[tuple[float, int]], lstm: LstmHealth | None = None) -> None: ...
+    def report_evaluation(
+        self, global_step: int, episodes: list[tuple[float, int]], lstm: LstmHealth | None = None
+    ) -> None: ...
     def report_write_failure(self, message: str) -> None: ...
     def heartbeat(self) -> None: ...
     def should_stop(self) -> bool: ...
@@ -310,7 +316,9 @@ class HogwildEvaluatorLink:
     def global_step(self) -> int:
         return self.shared.global_step()
 
-    def report_evaluation(self, global_step: int, episodes: list[tuple[float, int]], lstm: LstmHealth | None = None) -> None:
+    def report_evaluation(
+        self, global_step: int, episodes: list[tuple[float, int]], lstm: LstmHealth | None = None
+    ) -> None:
         self.reports.send(Evaluated(global_step, time.time(), tuple(episodes), lstm))
 
     def report_write_failure(self, message: str) -> None:

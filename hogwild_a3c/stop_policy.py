@@ -5,21 +5,21 @@ A run stops at the first of: a budget (`--max-steps`, `--max-seconds`), the targ
 (a child that died beyond the restart policy, non-finite shared weights, a worker that skipped
 `--max-skipped-updates` updates in a row, a run file that cannot be written: a checkpoint,
 best.pt, meta.json, a CSV row, a log line; a run directory deleted during the run). The first
-reason given is the one recorded, except that a failure outranks a budget or target reached. Exit status: 0 budget or target, 1 failure, 130 SIGINT,
-143 SIGTERM (2, bad input, never gets this far).
+reason given is the one recorded, except that a failure outranks a budget or target reached.
+Exit status: 0 budget or target, 1 failure, 130 SIGINT, 143 SIGTERM (2, bad input, never gets
+this far).
 """
 from __future__ import annotations
 
 import signal
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
 from .config import Config
+from .exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM
 from .shared import STAT
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
 
 
 class StopPolicy:
@@ -76,7 +76,8 @@ class StopPolicy:
     def on_evaluation(self, returns: list[float]) -> None:
         self.eval_window = (self.eval_window + list(returns))[-self.cfg.eval_episodes :]
         target = self.cfg.target_return
-        if target is not None and len(self.eval_window) >= self.cfg.eval_episodes and np.mean(self.eval_window) >= target:
+        if (target is not None and len(self.eval_window) >= self.cfg.eval_episodes
+                and np.mean(self.eval_window) >= target):
             self.stop("target_return")
 
     def check_weights(self, weights: dict[str, torch.Tensor]) -> bool:

@@ -3,7 +3,7 @@ the restart policy, and stops them.
 
 `ProcessChildren` runs the workers and the evaluator as processes; `InProcessChildren` runs one
 worker and the evaluator inside the main process (serial mode: exactly repeatable, debuggable
-with pdb). The training loop in `train.py` drives either through the same methods:
+with pdb). The training loop in `training.py` drives either through the same methods:
 `start`, `advance`, `messages`, `check`, `stop`, `worker_pids`.
 
 Restart policy: a dead worker stops the run, unless `--max-worker-restarts` allows restarting it
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 from .config import Config
 from .envs import EnvInfo
@@ -114,6 +115,7 @@ class ProcessChildren(_Children):
             return
         if self.cfg.eval_episodes > 0 and (self.node is None or self.node.runs_evaluator):
             self.children.append(self._spawn(Role.EVALUATOR, 0))
+        assert self.cfg.num_workers is not None  # resolved before any process starts
         for rank in range(self.cfg.num_workers):
             self.children.append(self._spawn(Role.WORKER, rank))
         self._publish_pids()
@@ -128,7 +130,8 @@ class ProcessChildren(_Children):
         links = HogwildLinkFactory(self.shared.for_child(None), child_end)
         args = (list(self.shared.model.parameters()), self.shared.worker_steps, self.shared.control, self.shared.sync,
                 self.node, self.cfg, self.progress, links, os.getpid())
-        process = self.ctx.Process(target=syncer_main, args=args, name="syncer", daemon=True)
+        # typeshed's BaseContext lacks Process; every concrete context has it
+        process = self.ctx.Process(target=syncer_main, args=args, name="syncer", daemon=True)  # type: ignore[attr-defined]
         process.start()
         child_end.close()
         self.children.append(Child(Role.SYNCER, self.node.rank, process, reader, heartbeat_slot=-1))
@@ -145,13 +148,16 @@ class ProcessChildren(_Children):
                                 "(are all of them started, with the same rendezvous?)")
             return False  # a dead syncer is reported by `check`
         self.hooks.log(f"node {self.node.name} (rank {self.node.rank} of {self.node.world_size}) synced: starting "
-                       f"from rank {int(self.shared.sync.source_rank[0])}'s weights at global step {self.shared.global_step()}")
+                       f"from rank {int(self.shared.sync.source_rank[0])}'s weights "
+                       f"at global step {self.shared.global_step()}")
         return True
 
     def _spawn(self, role: Role, rank: int) -> Child:
         reader, child_end = report_pipe(self.ctx)
         links = HogwildLinkFactory(self.shared.for_child(rank if role is Role.WORKER else None), child_end)
         parent = os.getpid()
+        target: Callable[..., None]
+        args: tuple[Any, ...]
         if role is Role.WORKER:
             target, args = worker_main, (rank, self.cfg, self.env_info, links, self.session, parent)
             slot = rank
@@ -162,7 +168,9 @@ class ProcessChildren(_Children):
             slot = self.shared.evaluator_slot
         # The stall clock of this slot starts only when the child says it is ready.
         self.shared.heartbeats[slot] = NOT_READY
-        process = self.ctx.Process(target=target, args=args, name=f"{role.value}-{rank}", daemon=True)
+        process = self.ctx.Process(  # type: ignore[attr-defined]
+            target=target, args=args, name=f"{role.value}-{rank}", daemon=True
+        )
         process.start()
         child_end.close()  # the child holds its own copy; ours would hide its end-of-file
         return Child(role, rank, process, reader, slot)
@@ -279,7 +287,8 @@ class InProcessChildren(_Children):
     def start(self) -> None:
         self.reports = InProcessReports()
         links = InProcessLinkFactory(self.shared, self.reports)
-        self.worker = Worker(0, self.cfg, self.env_info, links.worker_link(0), worker_seed(self.cfg.seed, 0, self.session))
+        self.worker = Worker(0, self.cfg, self.env_info, links.worker_link(0),
+                             worker_seed(self.cfg.seed, 0, self.session))
         self.evaluator = None
         if self.cfg.eval_episodes > 0:
             self.evaluator = Evaluator(self.cfg, self.env_info, links.evaluator_link(), self.run_dir,

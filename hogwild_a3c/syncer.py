@@ -1,6 +1,6 @@
 """Cross-machine sync role: one syncer child per node keeps the node-local Hogwild models in step.
 
-Hierarchical Hogwild (DESIGN.md, "Beyond one machine"): each node trains lock-free on its own
+Hierarchical Hogwild (README, "Several machines"): each node trains lock-free on its own
 shared model exactly as on one machine; one syncer process per node owns the `torch.distributed`
 process group (gloo over TCP) and, every `sync_interval` seconds, all-reduces the parameter
 change since the last round. Workers never wait on the network and never touch the group.
@@ -37,8 +37,10 @@ process only, the start protocol, then rounds until the local stop flag is set (
 goes out in one last round) or a stop vote arrives; the results land in a `SyncStatus` of small
 shared tensors. A dead or hung peer makes the collective raise (gloo: at once when the peer's
 socket closes, else after `sync_timeout`); it comes out as `SyncError` with a one-line message,
-`status.state` is set to FAILED, and, uncaught, the child exits with code 1 for the supervisor
-to restart (the process group is destroyed on every way out).
+`status.state` is set to FAILED, and, uncaught, the child exits with code 1 (the process group
+is destroyed on every way out). The supervisor does not restart a syncer: it fails this node's
+run, which saves and exits 1, and torchrun (`--max-restarts`) restarts every node's trainer into
+a new rendezvous, each resuming its own run directory.
 
 Measured here (`nice -n 10 python experiments/bench_syncer.py`: 2 processes on loopback, on a
 2-core machine shared with other work at load ~3.5; universe model `build_model((1, 42, 42), 6,
@@ -52,9 +54,9 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Sequence
 
 import torch
 import torch.distributed as dist
@@ -234,7 +236,7 @@ class SyncStatus:
     last_round: torch.Tensor  # float64 [3]: time.time() at the end of the last round, its seconds, all-reduce seconds
 
     @classmethod
-    def create(cls) -> "SyncStatus":
+    def create(cls) -> SyncStatus:
         def z(n=1, dtype=torch.int64):
             return torch.zeros(n, dtype=dtype).share_memory_()
 
@@ -319,7 +321,7 @@ def run_syncer(
         if dist.is_initialized():
             try:
                 dist.destroy_process_group()
-            except Exception:
+            except Exception:  # noqa: BLE001 - a broken group may fail to tear down too; what ended the loop is what counts
                 pass
 
 

@@ -12,7 +12,7 @@ import signal
 import sys
 import types
 
-EXIT_USAGE, EXIT_SIGINT = 2, 130
+from .exit_codes import EXIT_SIGINT, EXIT_USAGE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +46,7 @@ def _train(argv: list[str] | None) -> tuple[int, bool]:
             prepared.lock.release()
         print("interrupted before training started; nothing was trained", file=sys.stderr)
         return EXIT_SIGINT, True
+    assert prepared is not None  # not pressed, so prepare() ran to its end
     try:
         return run_training(prepared, argv), False
     except CsvSchemaError as exc:

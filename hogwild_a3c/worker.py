@@ -3,11 +3,13 @@
 The hot loop, per rollout of T steps over K environments:
 
 1. Pull: copy the shared weights into the local model in place (`copy_`, no state-dict build).
-2. Collect (`Worker.collect() -> Rollout`): act under `torch.no_grad()`: one forward per step for all K environments at once, with the
-   LSTM cell written out (`ActorCritic.step`); observations, actions, rewards and values go into
-   the preallocated numpy arrays of one `Rollout`. No autograd graph is built while acting.
-3. Learn (`Worker.learn(rollout)`). Targets: returns and GAE per environment and per episode stretch (`algo.rollout_targets`),
-   bootstrapping from V(s_T) mid-episode and at time-limit cuts, from 0 at a true terminal.
+2. Collect (`Worker.collect() -> Rollout`): act under `torch.no_grad()`: one forward per step
+   for all K environments at once, with the LSTM cell written out (`ActorCritic.step`);
+   observations, actions, rewards and values go into the preallocated numpy arrays of one
+   `Rollout`. No autograd graph is built while acting.
+3. Learn (`Worker.learn(rollout)`). Targets: returns and GAE per environment and per episode
+   stretch (`algo.rollout_targets`), bootstrapping from V(s_T) mid-episode and at time-limit
+   cuts, from 0 at a true terminal.
 4. Replay with gradients: the conv encoder sees all T*K frames as one batch and `nn.LSTM` runs
    fused over the sequence from the LSTM state saved at the rollout's start; one backward.
 5. Clip to the global norm and push through the link (on one machine: hand the gradients to the
@@ -27,8 +29,9 @@ work is the env step and a few array writes; everything else happens once per ro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -37,20 +40,12 @@ import torch
 from .algo import a3c_loss, rollout_targets
 from .config import Config
 from .envs import EnvInfo, make_env
-from .model import State, build_model
+from .model import State, build_model, sample_actions
 from .shared import WorkerLink
 
 
 class EnvFailure(RuntimeError):
     """Too many consecutive exceptions from one worker's environments."""
-
-
-def sample_actions(logits: torch.Tensor, rng: np.random.Generator) -> np.ndarray:
-    """One categorical sample per row, by inverting the CDF with a uniform draw."""
-    probs = torch.softmax(logits, dim=-1).numpy().astype(np.float64)
-    cdf = np.cumsum(probs, axis=1)
-    draws = rng.random((len(cdf), 1)) * cdf[:, -1:]
-    return np.minimum((cdf < draws).sum(axis=1), cdf.shape[1] - 1)
 
 
 @dataclass
@@ -70,7 +65,7 @@ class Rollout:
     start_state: State  # the LSTM state before step 0 (detached), where the replay starts
 
     @classmethod
-    def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: State) -> "Rollout":
+    def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: State) -> Rollout:
         per_step = {"actions": np.int64, "rewards": np.float32, "values": np.float32, "dones": bool,
                     "done_values": np.float32, "resets": bool}
         return cls(
@@ -83,9 +78,6 @@ class Rollout:
     @property
     def steps(self) -> int:
         return self.actions.size
-
-    def array_fields(self) -> dict[str, np.ndarray]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "start_state"}
 
 
 def _no_profiling(phase: str) -> None:
@@ -140,7 +132,7 @@ class Worker:
                     f"worker {self.rank}: environment raised {self.env_errors_in_a_row} times in a row; "
                     f"last: {type(exc).__name__}: {exc}"
                 ) from exc
-            broken, self.envs[k] = self.envs[k], None
+            broken, self.envs[k] = self.envs[k], None  # type: ignore[call-overload]  # None: to be recreated
             try:
                 if broken is not None:
                     broken.close()

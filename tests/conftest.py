@@ -1,13 +1,11 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import tests.envs  # noqa: F401 - registers the test environments in this process
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
 
 
 @pytest.fixture
@@ -22,28 +20,3 @@ def run_cli():
         )
 
     return run
-
-
-def child_pids(pid: int) -> list[int]:
-    """Direct children of `pid` that are multiprocessing spawn children (not the resource tracker)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == pid and "spawn_main" in cmdline:
-            found.append(int(entry.name))
-    return sorted(found)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"

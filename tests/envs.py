@@ -47,7 +47,8 @@ class FaultyEnv(CountingEnv):
 
     failures_in_process = 0
 
-    def __init__(self, fault: str = "raise", fail_at: int = 5, max_failures: int = 10**9, length: int = 50, hang_s: float = 3600.0):
+    def __init__(self, fault: str = "raise", fail_at: int = 5, max_failures: int = 10**9, length: int = 50,
+                 hang_s: float = 3600.0):
         super().__init__(length=length)
         self.fault = fault
         self.fail_at = fail_at

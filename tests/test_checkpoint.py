@@ -6,37 +6,13 @@ import pandas as pd
 import torch
 
 from hogwild_a3c import train
-from hogwild_a3c.checkpoint import Progress, load_checkpoint, restore_training, training_payload
+from hogwild_a3c.checkpoint import Progress, load_checkpoint, resolve_checkpoint, restore_training, training_payload
 from hogwild_a3c.config import Config
 from hogwild_a3c.envs import describe_env
-from hogwild_a3c.checkpoint import resolve_checkpoint
 from hogwild_a3c.evaluator import Evaluator
 from hogwild_a3c.model import build_model
-from hogwild_a3c.shared import SharedState, copy_weights
-from tests.test_faults import CARTPOLE, last_session
-
-
-class FixedLink:
-    """An `EvaluatorLink` over a model in this process, recording what the evaluator reports."""
-
-    def __init__(self, model):
-        self.model, self.reported = model, []
-
-    def snapshot(self, model):
-        copy_weights(model, self.model)
-
-    def global_step(self):
-        return 1000
-
-    def report_evaluation(self, global_step, episodes, lstm=None):
-        self.reported.append((global_step, episodes))
-        self.lstm_health = lstm
-
-    def heartbeat(self):
-        pass
-
-    def should_stop(self):
-        return False
+from hogwild_a3c.shared import SharedState
+from tests.helpers import CARTPOLE, FixedLink, last_session
 
 
 def test_best_pt_is_written_only_on_improvement(tmp_path):
@@ -100,7 +76,8 @@ def test_restore_is_the_inverse_of_the_payload():
     torch.manual_seed(0)
     shared = SharedState.create(build_model((4,), 2, 8), 2, "adam", 1e-3)
     shared.optimizer_states[1]["step"].fill_(7)
-    progress = Progress(1234, 56.5, 3, 9.5, {"updates": 10, "skipped_updates": 1, "env_errors": 2, "worker_restarts": 0})
+    counters = {"updates": 10, "skipped_updates": 1, "env_errors": 2, "worker_restarts": 0}
+    progress = Progress(1234, 56.5, 3, 9.5, counters)
     payload = training_payload(shared.snapshot_weights(), shared, Config(env="CartPole-v1"), progress)
     fresh = SharedState.create(build_model((4,), 2, 8), 2, "adam", 1e-3)
     assert restore_training(fresh, payload) == progress

@@ -11,7 +11,7 @@ import pytest
 from hogwild_a3c import evaluate, plot
 from hogwild_a3c.config import HELP_GROUPS, Config, build_parser
 from hogwild_a3c.envs import EnvSpecError, check_spawnable, describe_env
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 def test_a_prefix_of_a_flag_is_not_taken_for_the_flag(capsys):
@@ -56,7 +56,8 @@ def test_a_bare_atari_id_suggests_its_namespace():
     assert "\n" not in message
 
 
-@pytest.mark.parametrize("env_id,keyword", [("ALE/Pong-v5", "repeat_action_probability"), ("CartPole-v1", "sutton_barto_reward")])
+@pytest.mark.parametrize("env_id,keyword",
+                         [("ALE/Pong-v5", "repeat_action_probability"), ("CartPole-v1", "sutton_barto_reward")])
 def test_a_bad_env_keyword_is_named_in_one_short_line(env_id, keyword):
     with pytest.raises(EnvSpecError) as error:
         describe_env(env_id, {"foo": 1})
@@ -106,15 +107,18 @@ class MyEnv(gym.Env):
 
 
 def test_an_env_registered_in_a_notebook_gets_one_line_with_two_ways_out(tmp_path):
-    out = run_python(tmp_path, USER_ENV + "gym.register('Mine-v0', entry_point=MyEnv)\nprint(check_spawnable('Mine-v0'))\n", script=False)
+    registered = USER_ENV + "gym.register('Mine-v0', entry_point=MyEnv)\nprint(check_spawnable('Mine-v0'))\n"
+    out = run_python(tmp_path, registered, script=False)
     assert out.startswith("--env 'Mine-v0' is registered in __main__ (a notebook or the interactive prompt)")
     assert "--env MODULE:Mine-v0" in out and "--num-workers 0" in out
 
 
 def test_a_script_that_registers_at_top_level_is_spawnable(tmp_path):
-    top_level = USER_ENV + "gym.register('Mine-v0', entry_point=MyEnv)\nif __name__ == '__main__':\n    print(check_spawnable('Mine-v0'))\n"
+    top_level = (USER_ENV + "gym.register('Mine-v0', entry_point=MyEnv)\n"
+                 "if __name__ == '__main__':\n    print(check_spawnable('Mine-v0'))\n")
     assert run_python(tmp_path, top_level, script=True) == "None"  # the children re-run the script
-    guarded = USER_ENV + "if __name__ == '__main__':\n    gym.register('Mine-v0', entry_point=MyEnv)\n    print(check_spawnable('Mine-v0'))\n"
+    guarded = (USER_ENV + "if __name__ == '__main__':\n"
+               "    gym.register('Mine-v0', entry_point=MyEnv)\n    print(check_spawnable('Mine-v0'))\n")
     assert "--num-workers 0" in run_python(tmp_path, guarded, script=True)  # the children skip the registration
 
 
@@ -122,8 +126,10 @@ def test_in_a_real_notebook_kernel_the_env_is_reported(tmp_path):
     import nbformat
     from nbclient import NotebookClient
 
-    cell = f"import sys\nsys.path.insert(0, {str(REPO)!r})\n" + USER_ENV + "gym.register('Mine-v0', entry_point=MyEnv)\nprint(check_spawnable('Mine-v0'))\n"
+    cell = (f"import sys\nsys.path.insert(0, {str(REPO)!r})\n" + USER_ENV
+            + "gym.register('Mine-v0', entry_point=MyEnv)\nprint(check_spawnable('Mine-v0'))\n")
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell)])
-    NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
     (output,) = notebook.cells[0].outputs
     assert output["text"].startswith("--env 'Mine-v0' is registered in __main__ (a notebook")

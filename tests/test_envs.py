@@ -2,22 +2,7 @@ import numpy as np
 import pytest
 
 from hogwild_a3c.envs import EnvSpecError, Universe42, describe_env, make_env, parse_env_kwargs
-
-
-def slow_linear_resize(image, out_h, out_w):
-    """Bilinear resize with pixel-centre alignment, one output pixel at a time."""
-    in_h, in_w = image.shape
-    out = np.zeros((out_h, out_w))
-    for i in range(out_h):
-        for j in range(out_w):
-            y = min(max((i + 0.5) * in_h / out_h - 0.5, 0), in_h - 1)
-            x = min(max((j + 0.5) * in_w / out_w - 0.5, 0), in_w - 1)
-            y0, x0 = int(y), int(x)
-            y1, x1 = min(y0 + 1, in_h - 1), min(x0 + 1, in_w - 1)
-            fy, fx = y - y0, x - x0
-            out[i, j] = ((1 - fy) * (1 - fx) * image[y0, x0] + (1 - fy) * fx * image[y0, x1]
-                         + fy * (1 - fx) * image[y1, x0] + fy * fx * image[y1, x1])
-    return out
+from tests.helpers import slow_linear_resize
 
 
 def test_pong_observation_is_1x42x42_float32_in_unit_range():

@@ -3,80 +3,15 @@ process, stalls, resume, corrupt checkpoints. Timeouts bound everything; nothing
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
 from hogwild_a3c import train
-from hogwild_a3c.supervisor import InProcessChildren
 from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, load_latest, save_checkpoint
-from tests.conftest import REPO, alive, child_pids
-
-CARTPOLE = ["--env", "CartPole-v1", "--preset", "seed", "--lstm-size", "16", "--no-progress", "--progress-interval", "0.5"]
-
-
-def start_run(run_dir, *args):
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "hogwild_a3c.train", *CARTPOLE, "--run-dir", str(run_dir), *map(str, args)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-
-
-def wait_for(condition, timeout=90.0, what="condition", proc=None):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if condition():
-            return
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"run exited ({proc.returncode}) while waiting for {what}:\n{proc.stdout.read()}")
-        time.sleep(0.2)
-    if proc is not None:
-        proc.kill()
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def training_started(run_dir, min_step=1):
-    def check():
-        path = Path(run_dir) / "progress.csv"
-        try:
-            steps = pd.read_csv(path)["global_step"]
-        except (OSError, ValueError, KeyError, pd.errors.EmptyDataError):
-            return False
-        return len(steps) > 0 and steps.max() >= min_step
-
-    return check
-
-
-def start_training(run_dir, *args, min_step=1):
-    """Start a real run, wait until it has trained; returns the process and its children's pids."""
-    proc = start_run(run_dir, *args)
-    wait_for(training_started(run_dir, min_step), what="training", proc=proc)
-    return proc, child_pids(proc.pid)
-
-
-def finish(proc, timeout=60):
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
-        raise AssertionError(f"run did not exit within {timeout} s:\n{out}")
-    return proc.returncode, out
-
-
-def last_session(run_dir):
-    return json.loads((Path(run_dir) / "meta.json").read_text())["sessions"][-1]
-
-
-def last_progress(run_dir):
-    return pd.read_csv(Path(run_dir) / "progress.csv").iloc[-1]
-
+from hogwild_a3c.supervisor import InProcessChildren
+from tests.helpers import CARTPOLE, alive, finish, last_progress, last_session, start_training, wait_for
 
 # -- environments that raise or return NaN ---------------------------------------------------
 

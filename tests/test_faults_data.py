@@ -15,24 +15,20 @@ import torch
 from hogwild_a3c import evaluate, train
 from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from hogwild_a3c.training import prepare
-from tests.conftest import REPO
-from tests.test_faults import CARTPOLE, last_progress, last_session, start_training, wait_for
-
-
-def serial_run(run_dir, *extra, steps=200):
-    assert train.main([*CARTPOLE, "--num-workers", "0", "--max-steps", str(steps), "--eval-episodes", "0",
-                       "--run-dir", str(run_dir), *extra]) == 0
-    return run_dir
+from tests.helpers import (
+    CARTPOLE,
+    REPO,
+    last_progress,
+    last_session,
+    one_error_line,
+    serial_run,
+    start_training,
+    wait_for,
+)
 
 
 def snapshot(run_dir):
     return {p.relative_to(run_dir): p.read_bytes() for p in sorted(Path(run_dir).rglob("*")) if p.is_file()}
-
-
-def one_error_line(capsys):
-    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("warning")]
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
 
 
 # -- a CSV line cut by a crash ------------------------------------------------------------------
@@ -46,7 +42,8 @@ def test_resume_cuts_a_half_written_csv_line_before_appending(tmp_path, capsys):
     capsys.readouterr()
     assert train.main(["--resume", str(run_dir), "--max-steps", "400", "--no-progress"]) == 0
     err = capsys.readouterr().err
-    assert "progress.csv: its last line was cut (12 bytes" in err and "episodes.csv: its last line was cut (4 bytes" in err
+    assert "progress.csv: its last line was cut (12 bytes" in err
+    assert "episodes.csv: its last line was cut (4 bytes" in err
     progress = pd.read_csv(run_dir / "progress.csv")  # loads: no glued row
     assert progress["global_step"].is_monotonic_increasing and 1234 not in set(progress["global_step"])
     assert len(pd.read_csv(run_dir / "episodes.csv")) > 0
@@ -170,7 +167,8 @@ def test_a_run_saved_before_the_forget_bias_setting_resumes_as_the_run_it_was(tm
 
     run_dir = serial_run(tmp_path / "run", "--lstm-size", "8")
     config_path = run_dir / "config.json"
-    config_path.write_text(json.dumps({k: v for k, v in json.loads(config_path.read_text()).items() if k != "lstm_forget_bias"}))
+    saved = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({k: v for k, v in saved.items() if k != "lstm_forget_bias"}))
     payload = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
     payload["config"].pop("lstm_forget_bias")
     for path in (run_dir / "checkpoints").glob("*.pt"):
@@ -210,9 +208,10 @@ def test_resume_from_a_checkpoint_without_model_or_of_another_size_is_one_line(t
     run_dir = serial_run(tmp_path / "run")
     latest = run_dir / "checkpoints" / "latest.pt"
     payload = load_checkpoint(latest)
-    for broken, expected in [({k: v for k, v in payload.items() if k != "model"}, "not a training checkpoint (no model)"),
-                             ({**payload, "model": {k: v[..., :1] if v.dim() else v for k, v in payload["model"].items()}},
-                              "does not fit this config")]:
+    no_model = {k: v for k, v in payload.items() if k != "model"}
+    cut_model = {**payload, "model": {k: v[..., :1] if v.dim() else v for k, v in payload["model"].items()}}
+    for broken, expected in [(no_model, "not a training checkpoint (no model)"),
+                             (cut_model, "does not fit this config")]:
         for path in (run_dir / "checkpoints").glob("*.pt"):
             path.unlink()
         save_checkpoint(run_dir / "checkpoints", broken, 200)

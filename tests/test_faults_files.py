@@ -18,9 +18,7 @@ import torch
 
 from hogwild_a3c import evaluate, train
 from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tests.conftest import REPO
-from tests.test_faults import finish, last_session, start_run, training_started, wait_for
-from tests.test_faults_data import one_error_line, serial_run
+from tests.helpers import REPO, finish, last_session, one_error_line, serial_run, start_run, training_started, wait_for
 
 ROOT = os.geteuid() == 0
 KILLED = "killed or crashed (no clean end recorded)"  # meta.json's words, a contract
@@ -250,7 +248,8 @@ def test_resume_from_a_crafted_checkpoint_is_one_line_naming_it(tmp_path, capsys
 
 def test_evaluate_refuses_nan_weights_in_one_line(tmp_path, capsys, finished_run):
     payload = load_checkpoint(finished_run / "checkpoints" / "latest.pt")
-    payload["model"] = {k: v.clone().fill_(math.inf) if v.is_floating_point() else v for k, v in payload["model"].items()}
+    payload["model"] = {k: v.clone().fill_(math.inf) if v.is_floating_point() else v
+                        for k, v in payload["model"].items()}
     save_checkpoint(tmp_path / "nan", payload, 1)
     capsys.readouterr()
     assert evaluate.main([str(tmp_path / "nan" / "latest.pt"), "--episodes", "1"]) == 2
@@ -268,7 +267,8 @@ def test_a_checkpoint_that_would_inflate_is_refused_before_loading(tmp_path):
         for member in src.infolist():
             dst.writestr(member.filename, src.read(member))
     assert bomb.stat().st_size < 1 << 20
-    with pytest.raises(CheckpointError, match=r"bomb\.pt: refused: its archive declares 33,5\d\d,\d\d\d bytes unpacked"):
+    refused = r"bomb\.pt: refused: its archive declares 33,5\d\d,\d\d\d bytes unpacked"
+    with pytest.raises(CheckpointError, match=refused):
         load_checkpoint(bomb)
     assert load_checkpoint(plain)["global_step"] == 1  # what torch.save wrote passes
 

@@ -12,8 +12,7 @@ import pytest
 
 from hogwild_a3c import train
 from hogwild_a3c.checkpoint import load_checkpoint
-from tests.conftest import REPO, alive
-from tests.test_faults import finish, last_session, start_run, start_training, wait_for
+from tests.helpers import REPO, alive, finish, last_session, start_run, start_training, wait_for
 
 # The README's bound: after a child dies the main process notices within a second, and a stop
 # takes at most 10 s of grace + 2 s terminate + 2 s kill, plus the final checkpoint.

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hogwild_a3c.envs import EnvSpecError, describe_env, make_env
-from tests.test_envs import slow_linear_resize
+from tests.helpers import slow_linear_resize
 
 
 def slow_process_frame42(rgb: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ import torch
 from hogwild_a3c.model import ActorCritic
 from hogwild_a3c.process import flush_denormals, run_child
 from hogwild_a3c.reports import InProcessReports
-from hogwild_a3c.shared import HogwildLink, SharedState, SharedAdam, copy_weights, hand_over_gradients, new_adam_state
+from hogwild_a3c.shared import HogwildLink, SharedAdam, SharedState, copy_weights, hand_over_gradients, new_adam_state
 
 
 def _loss(model):
@@ -147,7 +147,7 @@ def test_a_workers_update_does_not_import_torch_dynamo():
         "assert torch.all(shared.optimizer_states[1]['step'] == 1)\n"
         "print('torch._dynamo' in sys.modules)\n"
     )
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 def _learn(tmp_path, *flags, target, budget_s):
     run_dir = tmp_path / "run"
     code = train.main([*flags, "--num-workers", "2", "--target-return", str(target), "--eval-episodes", "5",
-                       "--eval-interval", "5", "--max-seconds", str(budget_s), "--no-progress", "--run-dir", str(run_dir)])
+                       "--eval-interval", "5", "--max-seconds", str(budget_s), "--no-progress",
+                       "--run-dir", str(run_dir)])
     evals = pd.read_csv(run_dir / "eval.csv")
     return code, float(np.mean(evals["episode_return"].tail(5))), json.loads((run_dir / "config.json").read_text())
 

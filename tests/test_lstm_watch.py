@@ -13,7 +13,7 @@ from hogwild_a3c.envs import describe_env
 from hogwild_a3c.evaluator import Evaluator
 from hogwild_a3c.lstm_watch import DEAD_CELL, LstmWatch
 from hogwild_a3c.model import build_model
-from tests.test_checkpoint import FixedLink
+from tests.helpers import FixedLink
 
 EPISODE = 120  # Counting-v0 steps per episode: long enough for a dead cell to pass DEAD_CELL
 COUNTING = ["--env", "tests.envs:Counting-v0", "--env-kwargs", f"length={EPISODE}", "--preset", "seed",
@@ -29,7 +29,8 @@ def kill_lstm(state_dict):
 
 
 def evaluate_once(model_state, tmp_path):
-    cfg = Config(env="tests.envs:Counting-v0", env_kwargs={"length": EPISODE}, eval_episodes=2, lstm_size=8, hidden_size=16)
+    cfg = Config(env="tests.envs:Counting-v0", env_kwargs={"length": EPISODE}, eval_episodes=2, lstm_size=8,
+                 hidden_size=16)
     info = describe_env(cfg.env, cfg.env_kwargs)
     model = build_model(info.obs_shape, info.num_actions, cfg)
     if model_state is not None:

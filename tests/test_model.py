@@ -65,7 +65,8 @@ def test_fresh_lstm_computes_what_the_seeds_basic_lstm_cell_computes():
     expected_h, expected_c = _basic_lstm_cell(x, h, c, kernel, forget_bias=1.0)
     with torch.no_grad():
         _, (got_h, got_c) = model.lstm(
-            torch.tensor(x, dtype=torch.float32)[None], (torch.tensor(h, dtype=torch.float32)[None], torch.tensor(c, dtype=torch.float32)[None])
+            torch.tensor(x, dtype=torch.float32)[None],
+            (torch.tensor(h, dtype=torch.float32)[None], torch.tensor(c, dtype=torch.float32)[None]),
         )
     np.testing.assert_allclose(got_h[0].numpy(), expected_h, atol=1e-5)
     np.testing.assert_allclose(got_c[0].numpy(), expected_c, atol=1e-5)

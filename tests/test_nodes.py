@@ -16,7 +16,7 @@ from hogwild_a3c import train
 from hogwild_a3c.checkpoint import load_checkpoint
 from hogwild_a3c.logs import load_run
 from hogwild_a3c.nodes import Node
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2"]
 # A rejoining node waits forever on torchrun's shared TCP store (pytorch/pytorch#147064) unless this is set.
@@ -103,5 +103,7 @@ def test_a_killed_node_rejoins_and_the_global_step_never_goes_back(tmp_path):
     for node in survivors:  # saved when torchrun stopped it for the restart: no step lost, none repeated
         assert pd.read_csv(node / "progress.csv")["global_step"].is_monotonic_increasing
     for node in nodes_of(run_dir):
-        assert sessions(node)[-1]["ended"] in ("max_steps", "stopped with the other nodes (a budget, target or stop on one of them)")
+        assert sessions(node)[-1]["ended"] in (
+            "max_steps", "stopped with the other nodes (a budget, target or stop on one of them)"
+        )
         assert load_checkpoint(node / "checkpoints" / "latest.pt")["global_step"] >= 80000

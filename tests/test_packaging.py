@@ -10,7 +10,7 @@ import zipfile
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 SCRIPTS = {
     "hogwild-a3c-train": "hogwild_a3c.train:command",
@@ -51,7 +51,8 @@ def wheel(tmp_path_factory):
         shutil.copy(REPO / name, src / name)
     shutil.copytree(REPO / "hogwild_a3c", src / "hogwild_a3c", ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(base / "dist"), str(src)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(base / "dist"),
+         str(src)],
         check=True, capture_output=True, text=True, timeout=120,
     )
     (path,) = (base / "dist").glob("hogwild_a3c-*.whl")
@@ -62,7 +63,8 @@ def test_the_wheel_carries_license_py_typed_and_entry_points(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         assert "hogwild_a3c/py.typed" in names
-        assert {"hogwild_a3c/presets/atari.json", "hogwild_a3c/presets/seed.json", "hogwild_a3c/presets/vector.json"} <= set(names)
+        presets = {"hogwild_a3c/presets/atari.json", "hogwild_a3c/presets/seed.json", "hogwild_a3c/presets/vector.json"}
+        assert presets <= set(names)
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         text = archive.read(entry_points).decode()

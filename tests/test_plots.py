@@ -10,7 +10,7 @@ import pytest
 from nbclient import NotebookClient
 
 from hogwild_a3c import evaluate, plot, train
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,8 @@ def test_labels_draw_each_run_on_its_own(tiny_runs, tmp_path, capsys):
 
     runs = [load_run(r) for r in tiny_runs]
     groups = plot.labelled_groups(runs, ["before", "after", "other"])
-    assert {k: [r["name"] for r in g] for k, g in groups.items()} == {"before": ["s1"], "after": ["s2"], "other": ["other"]}
+    named = {k: [r["name"] for r in g] for k, g in groups.items()}
+    assert named == {"before": ["s1"], "after": ["s2"], "other": ["other"]}
     out = tmp_path / "labelled.png"
     assert plot.main([*map(str, tiny_runs), "--out", str(out), "--labels", "before", "after", "other"]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -64,10 +65,12 @@ def test_plot_rejects_a_folder_that_is_not_a_run(tmp_path, capsys):
 
 def test_notebook_runs_headless_on_real_runs(tiny_runs, tmp_path):
     notebook = nbformat.read(REPO / "experiments" / "plot_logs.ipynb", as_version=4)
-    assert all(not cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), "commit it without outputs"
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(not cell.get("outputs") for cell in code_cells), "commit it without outputs"
     os.environ["HOGWILD_RUNS"] = ":".join(map(str, tiny_runs))
     try:
-        NotebookClient(notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
+        NotebookClient(notebook, timeout=120, kernel_name="python3",
+                       resources={"metadata": {"path": str(REPO)}}).execute()
     finally:
         del os.environ["HOGWILD_RUNS"]
     text = json.dumps(notebook)

@@ -7,7 +7,7 @@ import pytest
 
 from hogwild_a3c import evaluate, plot
 from hogwild_a3c.config import build_parser
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 PARSERS = {"hogwild_a3c.train": build_parser, "hogwild_a3c.evaluate": evaluate.build_parser,
            "hogwild_a3c.plot": plot.build_parser}
@@ -39,7 +39,8 @@ def test_each_readme_command_parses(line):
 def test_the_make_targets_the_readme_names_exist():
     makefile = (REPO / "Makefile").read_text()
     targets = set(re.findall(r"^([a-z][a-z0-9-]*):", makefile, re.MULTILINE))
-    named = set(re.findall(r"`make ([a-z][a-z0-9-]*)", README)) | set(re.findall(r"^make ([a-z][a-z0-9-]*)", README, re.MULTILINE))
+    named = (set(re.findall(r"`make ([a-z][a-z0-9-]*)", README))
+             | set(re.findall(r"^make ([a-z][a-z0-9-]*)", README, re.MULTILINE)))
     assert named and named <= targets, named - targets
 
 

@@ -16,7 +16,8 @@ def test_a_session_is_recorded_in_every_file(tmp_path):
     recorder.episode(1.5, 100, 0, 20.0, 20)
     recorder.evaluation(2.0, 120, ((10.0, 10), (12.0, 12)), 11.0)
     recorder.progress(time_s=3.0, global_step=200, steps_per_s=50.0, policy_loss=0.1, value_loss=0.2, entropy=0.6,
-                      grad_norm=1.0, updates=10, skipped_updates=0, env_errors=0, worker_restarts=0, worker_rss_mb=100.0)
+                      grad_norm=1.0, updates=10, skipped_updates=0, env_errors=0, worker_restarts=0,
+                      worker_rss_mb=100.0)
     recorder.child_pids({"worker 0": 1234})
     recorder.log("worker 0 was killed by signal 9; restarting it (1/1)")
     recorder.error("worker 0 stalled: no progress for 130 s")

@@ -11,7 +11,7 @@ from hogwild_a3c.envs import describe_env
 from hogwild_a3c.model import build_model
 from hogwild_a3c.shared import NOT_READY, SharedState
 from hogwild_a3c.supervisor import Hooks, ProcessChildren, RestartBudget
-from tests.conftest import alive
+from tests.helpers import alive
 
 
 def wait_until(condition, timeout=60.0):

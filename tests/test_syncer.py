@@ -14,8 +14,17 @@ import torch
 
 from hogwild_a3c.model import build_model
 from hogwild_a3c.syncer import (
-    FAILED, RUNNING, STOPPED, ParamSync, SyncError, SyncStatus, decode_steps, encode_steps,
-    free_port, pick_source, run_syncer,
+    FAILED,
+    RUNNING,
+    STOPPED,
+    ParamSync,
+    SyncError,
+    SyncStatus,
+    decode_steps,
+    encode_steps,
+    free_port,
+    pick_source,
+    run_syncer,
 )
 
 CTX = multiprocessing.get_context("spawn")
@@ -179,7 +188,7 @@ def _syncer_child(params, local_steps, stop_flag, status, kwargs, err_path):
     except SyncError as e:
         with open(err_path, "w") as f:
             f.write(str(e))
-        raise SystemExit(3)
+        raise SystemExit(3) from e
 
 
 class Nodes:

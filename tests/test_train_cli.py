@@ -12,8 +12,7 @@ import torch
 from hogwild_a3c import train
 from hogwild_a3c.checkpoint import load_checkpoint
 from hogwild_a3c.logs import EPISODES_COLUMNS, EVAL_COLUMNS, PROGRESS_COLUMNS, load_run
-
-TINY = ["--env", "CartPole-v1", "--lstm-size", "16", "--no-progress", "--progress-interval", "1"]
+from tests.helpers import TINY
 
 
 def test_smoke_two_workers_writes_the_whole_run_directory(tmp_path):
