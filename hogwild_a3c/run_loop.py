@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -132,8 +133,9 @@ class RunLoop:
             return None
         progress = Progress(self.shared.global_step(), self.clock.time_s(), self.session, self.best, self.counters())
         try:
-            return save_checkpoint(self.run_dir / "checkpoints", training_payload(weights, self.shared, self.cfg, progress),
-                                   progress.global_step, self.cfg.keep_checkpoints)
+            payload = training_payload(weights, self.shared, self.cfg, progress)
+            return save_checkpoint(self.run_dir / "checkpoints", payload, progress.global_step,
+                                   self.cfg.keep_checkpoints)
         except CheckpointError as exc:
             self.files_failed(str(exc))
             return None
@@ -199,7 +201,7 @@ class RunLoop:
         if not policy.stopping:
             policy.stop("stopped")
         steps: list[Callable[[], None]] = [self.check_run_dir, self.write_progress, self._final_checkpoint,
-                                           lambda: recorder.end_session(policy.reason, policy.exit_code,
+                                           lambda: recorder.end_session(policy.reason or "stopped", policy.exit_code,
                                                                         self.shared.global_step(), self.clock.time_s()),
                                            recorder.close]
         if self.children is not None:

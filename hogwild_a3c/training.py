@@ -28,9 +28,18 @@ from .model import build_model
 from .nodes import Node
 from .process import flush_denormals
 from .recorder import KILLED, Recorder, close_dead_sessions
-from .rundir import (ConfigError, RunDirLock, check_new_location, check_same_experiment, default_run_dir, make_run_dir,
-                     read_meta, resolve_new, resolve_resume)
 from .run_loop import RunLoop
+from .rundir import (
+    ConfigError,
+    RunDirLock,
+    check_new_location,
+    check_same_experiment,
+    default_run_dir,
+    make_run_dir,
+    read_meta,
+    resolve_new,
+    resolve_resume,
+)
 from .shared import SharedState
 from .stop_policy import EXIT_FAILED, StopPolicy
 from .supervisor import make_children
@@ -79,8 +88,9 @@ def _check_machine(cfg: Config) -> None:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     needed = (max(cfg.num_workers or 0, 1) + 1) * FILES_PER_CHILD
     if soft != resource.RLIM_INFINITY and needed > soft:
-        raise ConfigError([f"--num-workers {cfg.num_workers} needs about {needed} open files and this process may open "
-                           f"{soft} (ulimit -n): give at most {soft // FILES_PER_CHILD - 1} workers or raise the limit"])
+        raise ConfigError([f"--num-workers {cfg.num_workers} needs about {needed} open files and this process may "
+                           f"open {soft} (ulimit -n): give at most {soft // FILES_PER_CHILD - 1} workers or raise the "
+                           "limit"])
     if cfg.lr > 1.0:
         print(f"warning: --lr {cfg.lr:g} is far above what A3C trains with (1e-5 to 1e-2 here): each update would "
               "move every weight by about that much", file=sys.stderr)
@@ -91,7 +101,8 @@ def _check_extras(cfg: Config) -> None:
         try:
             import torch.utils.tensorboard  # noqa: F401
         except ImportError:
-            raise ConfigError(["--tensorboard needs the tensorboard package: pip install -e '.[tensorboard]'"]) from None
+            raise ConfigError(["--tensorboard needs the tensorboard package: pip install -e '.[tensorboard]'"]) \
+                from None
     if cfg.wandb:
         try:
             import wandb  # noqa: F401
@@ -149,7 +160,7 @@ def _prepare_node(node: Node, resume_dir: str | None, args: dict[str, Any]) -> P
     restart by torchrun, or --resume) resumes its own directory."""
     base = resume_dir if resume_dir is not None else args.pop("run_dir", None)
     if base is None:
-        raise ConfigError(["a multi-node run (torchrun with more than one node) needs --run-dir DIR, the same on every node"])
+        raise ConfigError(["a multi-node run (under torchrun) needs --run-dir DIR, the same on every node"])
     if args.get("num_workers") == 0:
         raise ConfigError(["--num-workers 0 (serial) cannot take part in a multi-node run; give 1 or more"])
     node_dir = node.run_dir(Path(base))
@@ -177,9 +188,9 @@ def prepare_given(args: dict[str, Any], resume_dir: str | None = None) -> Prepar
     else:
         prepared = _prepare_resume(resume_dir, args) if resume_dir is not None else _prepare_new(args)
     cores = os.cpu_count() or 1
-    if prepared.cfg.num_workers > OVERSUBSCRIBED * cores:
-        print(f"warning: --num-workers {prepared.cfg.num_workers} on {cores} cores: each worker holds an env and a model "
-              "(~400 MiB on Atari) and more workers than cores add memory and start-up time, not speed",
+    if (prepared.cfg.num_workers or 0) > OVERSUBSCRIBED * cores:
+        print(f"warning: --num-workers {prepared.cfg.num_workers} on {cores} cores: each worker holds an env and a "
+              "model (~400 MiB on Atari) and more workers than cores add memory and start-up time, not speed",
               file=sys.stderr)
     return prepared
 
@@ -196,7 +207,7 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
     denormals_flushed_before = flush_denormals()  # as in every child: serial mode learns here
     torch.manual_seed(cfg.seed)
     model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg)
-    shared = SharedState.create(model, max(1, cfg.num_workers), cfg.optimizer, cfg.lr, cfg.lr_warmup_updates)
+    shared = SharedState.create(model, max(1, cfg.num_workers or 0), cfg.optimizer, cfg.lr, cfg.lr_warmup_updates)
     if prepared.payload is not None:
         before = restore_training(shared, prepared.payload)
         session = before.session + 1
@@ -207,8 +218,8 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
         from .syncer import SyncStatus  # torch.distributed loads here, in multi-node runs only
 
         shared.sync = SyncStatus.create()
-    dead_sessions = [] if prepared.meta is None else close_dead_sessions(
-        prepared.meta, run_dir, None if prepared.payload is None else (before.global_step, prepared.checkpoint))
+    restored_from = None if prepared.checkpoint is None else (before.global_step, prepared.checkpoint)
+    dead_sessions = [] if prepared.meta is None else close_dead_sessions(prepared.meta, run_dir, restored_from)
     try:
         recorder = Recorder(run_dir, cfg, prepared.meta, argv, session, shared.global_step(),
                             node=None if node is None else dataclasses.asdict(node))
@@ -221,8 +232,9 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
     policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
     loop = RunLoop(cfg, run_dir, shared, recorder, policy, before, session)
     for dead in dead_sessions:
-        recorder.log(f"session {dead.get('session')} (pid {dead.get('pid')}) has no clean end in meta.json: recorded it "
-                     f"as {KILLED}, last known at global step {dead['global_step_end']} ({dead['global_step_end_from']})")
+        recorder.log(f"session {dead.get('session')} (pid {dead.get('pid')}) has no clean end in meta.json: recorded "
+                     f"it as {KILLED}, last known at global step {dead['global_step_end']} "
+                     f"({dead['global_step_end_from']})")
     removed, kept = remove_stale_temp_files([run_dir, run_dir / "checkpoints"])
     if removed:
         recorder.log(f"removed {len(removed)} temp file(s) of saves cut short by a kill: "

@@ -45,7 +45,7 @@ def test_a_node_is_known_from_torchruns_environment(tmp_path, capsys):
     finally:
         for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
             del os.environ[name]
-    assert "multi-node run (torchrun with more than one node) needs --run-dir" in capsys.readouterr().err
+    assert "multi-node run (under torchrun) needs --run-dir" in capsys.readouterr().err
 
 
 @pytest.mark.timeout(400)

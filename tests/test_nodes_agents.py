@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "GLOO_SOCKET_IFNAME": "lo"}
 
@@ -27,8 +27,8 @@ def _namespaces_work() -> bool:
 
 
 # About 2.5 minutes on 2 cores (two agents' start-ups, a rendezvous after the loss, a rejoin): make test-slow.
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(not _namespaces_work(),
-                                                   reason="needs `unshare --uts` (root), to give each agent its own host name")]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    not _namespaces_work(), reason="needs `unshare --uts` (root), to give each agent its own host name")]
 
 
 def _free_port() -> int:
@@ -116,15 +116,17 @@ def test_a_lost_machine_leaves_the_survivor_training_and_rejoins(tmp_path):
     wait_for(lambda: _listening(port), 60, "machine a's rendezvous store", logs)
     b = start_machine("machine-b", port, run_dir, steps, logs[1])
     try:
-        both_sync = lambda: all((d / "train.log").is_file() and "of 2) synced" in (d / "train.log").read_text()
-                                for d in (a_dir, b_dir))
+        def both_sync():
+            return all((d / "train.log").is_file() and "of 2) synced" in (d / "train.log").read_text()
+                                        for d in (a_dir, b_dir))
         wait_for(both_sync, 120, "both machines to train together", logs)
         wait_for(lambda: rows(b_dir / "progress.csv") >= 2, 60, "machine b's progress rows", logs)
 
         kill_machine(b.pid)
         b.wait(timeout=30)
         killed = time.monotonic()
-        alone = lambda: "(rank 0 of 1) synced" in (a_dir / "train.log").read_text()
+        def alone():
+            return "(rank 0 of 1) synced" in (a_dir / "train.log").read_text()
         wait_for(alone, 120, "the survivor to go on alone", logs)
         rows_alone = rows(a_dir / "progress.csv")
         wait_for(lambda: rows(a_dir / "progress.csv") >= rows_alone + 2, 60, "the survivor's progress alone", logs)

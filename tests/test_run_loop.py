@@ -55,9 +55,10 @@ def make_loop(tmp_path, **settings):
 def test_delivered_reports_become_rows_the_best_return_and_one_dead_lstm_warning(tmp_path):
     loop = make_loop(tmp_path)
     dead = LstmHealth(cell=200.0, h_spread=0.0)
-    loop.deliver([EpisodeEnded(rank=0, global_step=40, episode_return=12.0, length=12, wall_time=loop.clock.origin + 11),
-                  Evaluated(global_step=50, wall_time=loop.clock.origin + 12, episodes=((9.0, 9), (11.0, 11)), lstm=dead),
-                  Evaluated(global_step=60, wall_time=loop.clock.origin + 13, episodes=((7.0, 7),), lstm=dead),
+    at = loop.clock.origin
+    loop.deliver([EpisodeEnded(rank=0, global_step=40, episode_return=12.0, length=12, wall_time=at + 11),
+                  Evaluated(global_step=50, wall_time=at + 12, episodes=((9.0, 9), (11.0, 11)), lstm=dead),
+                  Evaluated(global_step=60, wall_time=at + 13, episodes=((7.0, 7),), lstm=dead),
                   ChildRaised("worker", 0, "ValueError: boom", "Traceback ...")])
     loop.shut_down()
     episodes = pd.read_csv(tmp_path / "episodes.csv")
