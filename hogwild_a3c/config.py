@@ -81,8 +81,7 @@ class Config:
                           "shared memory", choices=["adam", "shared-adam"])
     lstm_size: int = _opt(256, "LSTM hidden units (--core lstm)")
     lstm_forget_bias: float = _opt(1.0, "the LSTM's forget-gate bias at initialisation: 1.0 is the seed's (TF's "
-                                        "BasicLSTMCell adds 1 to the forget gate); 0.0 was this trainer's until "
-                                        "2026-11-30")
+                                        "BasicLSTMCell adds 1 to the forget gate); runs saved without it read 0.0")
     core: str = _opt("lstm", "recurrent LSTM core (the seed) or a feedforward one (mlp: the encoder feeds the heads)",
                      choices=["lstm", "mlp"])
     hidden_size: int = _opt(128, "units of each of the 2 layers of the encoder for vector observations")
@@ -266,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
 MAX_SEED = 2**32 - 1
 
 
+def _one_of(choices: list[str]) -> str:
+    return choices[0] if len(choices) == 1 else f"{', '.join(choices[:-1])} or {choices[-1]}"
+
+
 def validate(cfg: Config, resuming: bool = False) -> list[str]:
     """Every problem with `cfg`, one line each, naming the flag and what would be valid."""
     errors = []
@@ -291,11 +294,10 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(cfg.lstm_size >= 1, "lstm_size", "an integer >= 1", cfg.lstm_size)
     need(math.isfinite(cfg.lstm_forget_bias), "lstm_forget_bias", "a finite number", cfg.lstm_forget_bias)
     need(cfg.hidden_size >= 1, "hidden_size", "an integer >= 1", cfg.hidden_size)
-    need(cfg.core in ("lstm", "mlp"), "core", "lstm or mlp", cfg.core)
-    need(cfg.activation in ("elu", "tanh"), "activation", "elu or tanh", cfg.activation)
-    need(cfg.value_net in ("shared", "separate", "mlp"), "value_net", "shared, separate or mlp", cfg.value_net)
-    need(cfg.loss_reduction in ("sum", "mean"), "loss_reduction", "sum or mean", cfg.loss_reduction)
-    need(cfg.optimizer in ("adam", "shared-adam"), "optimizer", "adam or shared-adam", cfg.optimizer)
+    for f in dataclasses.fields(Config):  # the choices each field declares, for settings argparse never saw
+        choices = f.metadata.get("choices")
+        if choices:
+            need(getattr(cfg, f.name) in choices, f.name, _one_of(choices), getattr(cfg, f.name))
     need(cfg.eval_interval > 0, "eval_interval", "a positive number of seconds", cfg.eval_interval)
     need(cfg.eval_episodes >= 0, "eval_episodes", "an integer >= 0", cfg.eval_episodes)
     need(cfg.progress_interval > 0, "progress_interval", "a positive number of seconds", cfg.progress_interval)

@@ -12,7 +12,7 @@ from hogwild_a3c.checkpoint import load_checkpoint
 from hogwild_a3c.config import PRESET_FIELDS, Config
 from hogwild_a3c.model import ActorCritic, RunningMoments
 from hogwild_a3c.presets import available, load_preset, resolve
-from hogwild_a3c.rundir import resolve_new
+from hogwild_a3c.rundir import ConfigError, resolve_new
 
 SEED_VALUES = {name: getattr(Config(), name) for name in PRESET_FIELDS}
 
@@ -182,3 +182,18 @@ def test_a_config_file_may_set_every_optional_setting_and_null(tmp_path):
     values, errors = resolve({"config": str(path), "env": "CartPole-v1"})
     assert errors == [] and values["max_steps"] == 20000 and values["max_seconds"] is None
     assert isinstance(values["target_return"], float) and values["num_workers"] == 1
+
+
+def test_a_config_file_gets_every_fields_choices_checked(tmp_path):
+    """argparse checks `choices` on the command line only; files and Python go through validate."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"frame": "sepia", "sync_mode": "max", "core": "gru"}))
+    try:
+        resolve_new({"env": "CartPole-v1", "config": str(path)})
+    except ConfigError as exc:
+        errors = exc.errors
+    else:
+        raise AssertionError("accepted")
+    assert "--frame must be fast or seed (got 'sepia')" in errors
+    assert "--sync-mode must be sum or avg (got 'max')" in errors
+    assert "--core must be lstm or mlp (got 'gru')" in errors
