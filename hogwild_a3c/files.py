@@ -54,15 +54,22 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():  # a pid reused from a dead writer: this process has no write in flight yet
-        return False
+def pid_exists(pid: int) -> bool:
+    """A process of that pid exists (perhaps as a zombie); one we may not signal exists too."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    return True
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():  # a pid reused from a dead writer: this process has no write in flight yet
+        return False
+    if not pid_exists(pid):
+        return False
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):

@@ -19,6 +19,8 @@ from typing import Any
 
 import torch
 
+from .files import pid_exists
+
 PR_SET_PDEATHSIG = 1
 # Thread-pool sizes read once, when each library loads. A spawned child loads numpy and torch
 # while unpickling its arguments, before any code of ours runs, so the parent must set these.
@@ -51,7 +53,7 @@ def _die_with_parent(parent_pid: int) -> None:
     except (OSError, AttributeError):
         pass
     parent = os.getppid()
-    if parent != parent_pid and not _exists(parent_pid):  # the main process died before we got here
+    if parent != parent_pid and not pid_exists(parent_pid):  # the main process died before we got here
         os._exit(3)
 
     def watch() -> None:
@@ -61,16 +63,6 @@ def _die_with_parent(parent_pid: int) -> None:
             time.sleep(1.0)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def flush_denormals(enabled: bool = True) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from hogwild_a3c import train
 from hogwild_a3c.shared import copy_weights
@@ -160,3 +161,14 @@ def slow_linear_resize(image, out_h, out_w):
             out[i, j] = ((1 - fy) * (1 - fx) * image[y0, x0] + (1 - fy) * fx * image[y0, x1]
                          + fy * (1 - fx) * image[y1, x0] + fy * fx * image[y1, x1])
     return out
+
+
+def mount_tmpfs(folder, size: str, skip_reason: str):
+    """A tmpfs of `size` at `folder` (a disk that fills), unmounted when the generator is closed;
+    skips the test where mount is not permitted (it needs root, as on CI)."""
+    folder.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(skip_reason)
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -20,6 +20,7 @@ from tests.helpers import (
     REPO,
     last_progress,
     last_session,
+    mount_tmpfs,
     one_error_line,
     serial_run,
     start_training,
@@ -104,13 +105,8 @@ def test_a_full_disk_is_one_clear_line_and_the_previous_checkpoint_survives(tmp_
 
 @pytest.fixture
 def small_disk(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root); the /dev/full test covers the message")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    yield from mount_tmpfs(tmp_path / "disk", "3m",
+                           "cannot mount a small tmpfs here (needs root); the /dev/full test covers the message")
 
 
 def test_a_run_on_a_full_disk_stops_with_one_line_in_meta(small_disk):

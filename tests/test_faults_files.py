@@ -18,7 +18,17 @@ import torch
 
 from hogwild_a3c import evaluate, train
 from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tests.helpers import REPO, finish, last_session, one_error_line, serial_run, start_run, training_started, wait_for
+from tests.helpers import (
+    REPO,
+    finish,
+    last_session,
+    mount_tmpfs,
+    one_error_line,
+    serial_run,
+    start_run,
+    training_started,
+    wait_for,
+)
 
 ROOT = os.geteuid() == 0
 KILLED = "killed or crashed (no clean end recorded)"  # meta.json's words, a contract
@@ -46,13 +56,7 @@ def assert_one_line_failure(out, expected):
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip("cannot mount a 2 MB tmpfs here (mount needs root, as on CI)")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    yield from mount_tmpfs(tmp_path / "disk", "2m", "cannot mount a 2 MB tmpfs here (mount needs root, as on CI)")
 
 
 def fill_up(folder):
