@@ -44,7 +44,7 @@ def random_play_frames(env_id: str, env_kwargs: dict) -> tuple[torch.Tensor, int
 
 @torch.no_grad()
 def health(model, frames: torch.Tensor) -> dict[str, float | str]:
-    # The encoder layer by layer (what `model.features` computes), keeping each activation's size.
+    # The encoder layer by layer (what the model feeds its core), keeping each activation's size.
     layer_means, x = [], frames if model.obs_norm is None else model.obs_norm.normalize(frames)
     for layer in model.encoder:
         x = layer(x)

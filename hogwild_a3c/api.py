@@ -77,9 +77,10 @@ def _given(config: Config | str | Path | None, progress: bool | None, settings: 
 
 def _as_argv(given: dict[str, Any]) -> list[str]:
     """The given settings as command-line flags, for meta.json's record of how the run started."""
+    negatable = {f.name for f in dataclasses.fields(Config) if f.metadata.get("negatable")}
     argv: list[str] = []
     for name, value in given.items():
-        if value is None or (value is False and name != "normalize_obs" and name != "normalize_reward"):
+        if value is None or (value is False and name not in negatable):  # a plain switch's False is its default
             continue
         if isinstance(value, bool):
             argv.append(flag_name(name) if value else "--no-" + flag_name(name)[2:])

@@ -183,15 +183,13 @@ class ActorCritic(nn.Module):
         zeros = torch.zeros(1, batch, self.lstm_size)
         return zeros, zeros.clone()
 
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.obs_norm is not None:
-            obs = self.obs_norm.normalize(obs)
-        return self.encoder(obs)
+    def _normalized(self, obs: torch.Tensor) -> torch.Tensor:
+        """What every encoder sees: the observation, normalized once when asked for."""
+        return obs if self.obs_norm is None else self.obs_norm.normalize(obs)
 
     def _feedforward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The mlp core: logits and values of a batch of observations."""
-        if self.obs_norm is not None:
-            obs = self.obs_norm.normalize(obs)
+        obs = self._normalized(obs)
         out = self.encoder(obs)
         value_in = out if self.value_encoder is None else self.value_encoder(obs)
         logits = F.linear(out, self.policy.weight, self.policy.bias)
@@ -210,21 +208,18 @@ class ActorCritic(nn.Module):
             logits, value = self._feedforward(obs)
             return logits, value, state
         h, c = state[0][0], state[1][0]
+        obs = self._normalized(obs)
         # nn.LSTM sets its per-layer weights by name, so they type as Tensor | Module; get_parameter
         # would cost a lookup per step.
-        gates = F.linear(self.features(obs), lstm.weight_ih_l0, lstm.bias_ih_l0)  # type: ignore[arg-type]
+        gates = F.linear(self.encoder(obs), lstm.weight_ih_l0, lstm.bias_ih_l0)  # type: ignore[arg-type]
         gates = gates + F.linear(h, lstm.weight_hh_l0, lstm.bias_hh_l0)  # type: ignore[arg-type]
         in_gate, forget_gate, cell_gate, out_gate = gates.chunk(4, dim=1)
         c = torch.sigmoid(forget_gate) * c + torch.sigmoid(in_gate) * torch.tanh(cell_gate)
         h = torch.sigmoid(out_gate) * torch.tanh(c)
         logits = F.linear(h, self.policy.weight, self.policy.bias)
-        value_in = h if self.value_encoder is None else self._value_features(obs)
+        value_in = h if self.value_encoder is None else self.value_encoder(obs)
         value = F.linear(value_in, self.value.weight, self.value.bias).squeeze(-1)
         return logits, value, (h.unsqueeze(0), c.unsqueeze(0))
-
-    def _value_features(self, obs: torch.Tensor) -> torch.Tensor:
-        assert self.value_encoder is not None  # called only for a model with one
-        return self.value_encoder(obs if self.obs_norm is None else self.obs_norm.normalize(obs))
 
     def replay(
         self, obs: torch.Tensor, state: State, resets: torch.Tensor | None = None
@@ -239,7 +234,8 @@ class ActorCritic(nn.Module):
         if self.lstm is None:
             logits, values = self._feedforward(obs.reshape(steps * batch, *obs.shape[2:]))
             return logits.reshape(steps, batch, -1), values.reshape(steps, batch)
-        features = self.features(obs.reshape(steps * batch, *obs.shape[2:])).reshape(steps, batch, -1)
+        flat = self._normalized(obs.reshape(steps * batch, *obs.shape[2:]))
+        features = self.encoder(flat).reshape(steps, batch, -1)
         cuts = [0]
         if resets is not None:
             cuts += [t for t in range(1, steps) if bool(resets[t].any())]
@@ -256,8 +252,7 @@ class ActorCritic(nn.Module):
         out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
         if self.value_encoder is None:
             return self.policy(out), self.value(out).squeeze(-1)
-        value_in = self._value_features(obs.reshape(steps * batch, *obs.shape[2:])).reshape(steps, batch, -1)
-        return self.policy(out), self.value(value_in).squeeze(-1)
+        return self.policy(out), self.value(self.value_encoder(flat).reshape(steps, batch, -1)).squeeze(-1)
 
 
 def build_model(obs_shape: tuple[int, ...], num_actions: int, arch: Any) -> ActorCritic:
