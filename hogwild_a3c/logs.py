@@ -20,6 +20,22 @@ PROGRESS_COLUMNS = (
 SCHEMAS = {"episodes.csv": EPISODES_COLUMNS, "eval.csv": EVAL_COLUMNS, "progress.csv": PROGRESS_COLUMNS}
 
 
+def last_time_s(path: str | os.PathLike) -> float:
+    """The time_s of the last complete row of a CSV written here (0.0 if none can be read)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - 4096))
+            lines = handle.read().decode(errors="replace").splitlines()
+    except OSError:
+        return 0.0
+    for line in reversed(lines[1:] if len(lines) > 1 else []):
+        try:
+            return max(0.0, float(line.split(",", 1)[0]))
+        except ValueError:
+            continue
+    return 0.0
+
+
 class CsvSchemaError(ValueError):
     """An existing CSV file whose header is not the one this version writes."""
 

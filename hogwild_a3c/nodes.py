@@ -13,11 +13,38 @@ Nothing here imports `torch.distributed`: a single-machine run never loads it.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+RUN_TOKEN = "HOGWILD_RUN_TOKEN"  # the shared secret a node proves at the start of the sync
+# A node's directory is nodes/<host>-<local rank>; two agents on one host (machines simulated
+# without namespaces) need names of their own.
+NODE_NAME = "HOGWILD_NODE_NAME"
+
+
+def node_identity(cfg: Any) -> dict[str, Any]:
+    """What must agree across the nodes of a run: every setting that changes what an update
+    computes (experiment fields that cannot change on resume; the worker count and evaluation
+    may differ per machine) and the package version. The syncer adds the parameter count."""
+    from . import __version__
+    from .config import experiment_fields, resumable_fields
+
+    # The preset's name is left out: its values are in the resolved fields themselves.
+    names = sorted(experiment_fields() - resumable_fields() - {"preset"})
+    settings = {name: getattr(cfg, name) for name in names}
+    return {**json.loads(json.dumps(settings, default=str)), "hogwild_a3c": __version__}
+
+
+def max_claim(max_steps: int | None) -> int | None:
+    """The highest global step a node of a run with this budget can bring to the start of the
+    sync: the budget plus 10% (the nodes overshoot it by what they step before the stop vote
+    reaches them, a second's worth); None without a budget."""
+    return None if max_steps is None else max_steps + max_steps // 10
 
 
 @dataclass(frozen=True)
@@ -36,7 +63,11 @@ class Node:
         world = int(env.get("WORLD_SIZE", "1"))
         if world <= 1 and not ("TORCHELASTIC_RUN_ID" in env and "RANK" in env):
             return None
-        return cls(int(env["RANK"]), world, int(env.get("LOCAL_RANK", "0")), socket.gethostname())
+        host = env.get(NODE_NAME) or socket.gethostname()
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", host):
+            raise ValueError(f"{NODE_NAME}={host!r}: a node's name is letters, digits, '.', '_' or '-' (it names the "
+                             "node's directory under nodes/)")
+        return cls(int(env["RANK"]), world, int(env.get("LOCAL_RANK", "0")), host)
 
     @property
     def name(self) -> str:
@@ -51,11 +82,11 @@ class Node:
         return Path(run_dir) / "nodes" / self.name
 
 
-def syncer_main(params: list, local_steps: Any, stop_flag: Any, status: Any, node: Node, cfg: Any,
+def syncer_main(params: list, moments: list, local_steps: Any, stop_flag: Any, status: Any, node: Node, cfg: Any,
                 progress: int, links: Any, parent_pid: int) -> None:
     """Entry point of the syncer process: child hygiene, then `syncer.run_syncer` until a stop
-    vote; a failed collective (a peer died or froze) raises, and the node's run stops for
-    torchrun to restart it."""
+    vote; `moments` are the shared model's running statistics, (mean, var, count) each. A failed
+    collective (a peer died or froze) raises, and the node's run stops for torchrun to restart it."""
     from .process import run_child
 
     def body() -> None:
@@ -63,6 +94,7 @@ def syncer_main(params: list, local_steps: Any, stop_flag: Any, status: Any, nod
 
         run_syncer(params, local_steps, stop_flag, status, init_method="env://", rank=node.rank,
                    world_size=node.world_size, progress=progress, sync_interval=cfg.sync_interval,
-                   sync_timeout=cfg.sync_timeout, mode=cfg.sync_mode)
+                   sync_timeout=cfg.sync_timeout, mode=cfg.sync_mode, identity=node_identity(cfg),
+                   token=os.environ.get(RUN_TOKEN, "").encode(), max_claim=max_claim(cfg.max_steps), moments=moments)
 
     run_child("syncer", node.rank, parent_pid, body, links.report)

@@ -143,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
               "give one distinct name per RUN_DIR", file=sys.stderr)
         return EXIT_USAGE
     for run_dir in args.run_dirs:
-        if not (Path(run_dir) / "config.json").is_file():
-            print(f"error: {run_dir}: not a run directory (no config.json there)", file=sys.stderr)
+        if not ((Path(run_dir) / "config.json").is_file() or any(Path(run_dir).glob("nodes/*/config.json"))):
+            print(f"error: {run_dir}: not a run directory (no config.json there, nor under nodes/*/)",
+                  file=sys.stderr)
             return EXIT_USAGE
     try:
         out = plot_runs(args.run_dirs, args.out, args.title, args.labels)

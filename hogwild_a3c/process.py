@@ -73,7 +73,7 @@ def flush_denormals(enabled: bool = True) -> bool:
     LSTM weights had decayed into the denormal range (their gradients were zero for hundreds of
     updates, and 0.9^n shrinks a moment past 1e-38) and both workers fell from ~2,400 to ~1,000
     steps/s, for good: arithmetic on denormals takes a slow path in the CPU. Values that small move
-    no weight. TensorFlow, which the seed ran on, flushes them in its CPU threads as well.
+    no weight. TensorFlow, which universe ran on, flushes them in its CPU threads as well.
     """
     tiny = torch.tensor(torch.finfo(torch.float32).tiny / 4)
     was_on = bool((tiny * 1.0).item() == 0.0)
@@ -84,8 +84,12 @@ def flush_denormals(enabled: bool = True) -> bool:
 def setup_child(parent_pid: int) -> None:
     torch.set_num_threads(1)
     flush_denormals()
-    # Ctrl-C reaches the whole process group; only the main process decides how to stop.
+    # Ctrl-C reaches the whole process group, and so does torchrun's SIGTERM (it signals its
+    # worker's process group); only the main process decides how to stop. A syncer killed by
+    # SIGTERM could not carry this node's stop vote to the other nodes, which would then record
+    # a failed sync. The supervisor's stop ends in SIGKILL for a child that does not stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent(parent_pid)
 
 

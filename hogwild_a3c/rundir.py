@@ -117,9 +117,11 @@ class RunDirLock:
             holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             if exc.errno in (errno.EAGAIN, errno.EACCES):
+                two_nodes = run_dir.parent.name == "nodes"
                 raise ConfigError([
                     f"{flag}: {run_dir} is in use by another trainer (pid {holder}); "
-                    "wait for it to end or stop it first"
+                    + ("two nodes of the run have one name: give each machine its own host name, or each agent "
+                       "on one host its own HOGWILD_NODE_NAME" if two_nodes else "wait for it to end or stop it first")
                 ]) from None
             raise ConfigError([f"{flag}: cannot lock {path} ({exc.strerror or exc})"]) from None
         os.ftruncate(fd, 0)

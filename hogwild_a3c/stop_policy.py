@@ -7,7 +7,8 @@ A run stops at the first of: a budget (`--max-steps`, `--max-seconds`), the targ
 best.pt, meta.json, a CSV row, a log line; a run directory deleted during the run). The first
 reason given is the one recorded, except that a failure outranks a budget or target reached.
 Exit status: 0 budget or target, 1 failure, 130 SIGINT, 143 SIGTERM (2, bad input, never gets
-this far).
+this far). A node of a multi-node run (`under_torchrun`) exits 0 after a signal: to torchrun any
+other status is a failure, and its agent would restart a trainer that was told to stop.
 """
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ from .shared import STAT
 
 class StopPolicy:
     def __init__(self, cfg: Config, on_stop: Callable[[], None], record_error: Callable[[str], None],
-                 log: Callable[[str], None]):
+                 log: Callable[[str], None], under_torchrun: bool = False):
         self.cfg = cfg
+        self.under_torchrun = under_torchrun
         self._on_stop = on_stop  # tells the children
         self._record_error = record_error
         self._log = log
@@ -61,8 +63,10 @@ class StopPolicy:
         self.signals_seen += 1
         name = signal.Signals(signum).name
         if self.signals_seen == 1:
-            self._log(f"{name} received: stopping workers, saving a final checkpoint (again to force)")
-            self.stop(f"interrupted ({name})", EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM)
+            self._log(f"{name} received: stopping workers, saving a final checkpoint (again to force)"
+                      + ("; every node stops with this one, by the stop vote" if self.under_torchrun else ""))
+            code = EXIT_SIGINT if signum == signal.SIGINT else EXIT_SIGTERM
+            self.stop(f"interrupted ({name})", EXIT_OK if self.under_torchrun else code)
         else:
             self._log(f"{name} received again: killing children now")
 

@@ -19,12 +19,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 from .config import Config
 from .envs import EnvInfo
 from .evaluator import Evaluator, evaluator_main, evaluator_seed
 from .messages import Message
+from .model import RunningMoments
 from .process import one_thread_per_child
 from .reports import InProcessReports, ReportReader, report_pipe
 from .shared import NOT_READY, HogwildLinkFactory, InProcessLinkFactory, SharedState
@@ -128,7 +129,10 @@ class ProcessChildren(_Children):
 
         reader, child_end = report_pipe(self.ctx)
         links = HogwildLinkFactory(self.shared.for_child(None), child_end)
-        args = (list(self.shared.model.parameters()), self.shared.worker_steps, self.shared.control, self.shared.sync,
+        model = self.shared.model
+        norms = [cast(RunningMoments, norm) for norm in (model.obs_norm, model.return_norm) if norm is not None]
+        moments = [(norm.mean, norm.var, norm.count) for norm in norms]
+        args = (list(model.parameters()), moments, self.shared.worker_steps, self.shared.control, self.shared.sync,
                 self.node, self.cfg, self.progress, links, os.getpid())
         # typeshed's BaseContext lacks Process; every concrete context has it
         process = self.ctx.Process(target=syncer_main, args=args, name="syncer", daemon=True)  # type: ignore[attr-defined]
@@ -243,7 +247,8 @@ class ProcessChildren(_Children):
     # -- stopping -----------------------------------------------------------------------------
 
     def stop(self, on_messages: Callable[[list[Message]], None], fast: Callable[[], bool]) -> None:
-        """Ask every child to stop and wait for them; then terminate, then kill. Nothing here
+        """Ask every child to stop and wait for them; then kill (children ignore SIGTERM, see
+        `process.setup_child`). Nothing here
         can block on a dead child: the stop request is a flag, reports are read without
         blocking, and joins have timeouts."""
         if self.stopping:
@@ -259,13 +264,10 @@ class ProcessChildren(_Children):
         for child in self.children:
             if child.process.is_alive():
                 if not fast():
-                    self.hooks.log(f"{child.name} did not stop within {JOIN_GRACE_S:g} s; terminating it")
-                child.process.terminate()
+                    self.hooks.log(f"{child.name} did not stop within {JOIN_GRACE_S:g} s; killing it")
+                child.process.kill()
         for child in self.children:
             child.process.join(timeout=KILL_WAIT_S)
-            if child.process.is_alive():
-                child.process.kill()
-                child.process.join(timeout=KILL_WAIT_S)
         on_messages(self.messages())
         for child in self.children:
             self._release(child)

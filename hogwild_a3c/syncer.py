@@ -27,9 +27,19 @@ collectives in the same order (one all-reduce per round):
               (low, mid, high) in float32: each limb summed over up to 256 nodes stays below
               2**24, so the sum is exact in float32 for deltas up to 2**48 steps.
 
+Membership (`check_members`), before any weights move: each node sends a hello (a fresh random
+nonce, its host and its identity: the settings that change what an update computes, the model's
+parameter count, the package version), then an HMAC-SHA256 under the run token
+(`HOGWILD_RUN_TOKEN`, empty when unset) over every hello and its own rank. Every node checks
+every other node's proof with its own token, and every identity against its own. A node that
+cannot prove the token, or whose identity differs, stops the start on every node with one line
+naming it (and for a config, the differing fields): nobody gives it weights or takes any from it.
+The bytes go through gloo as uint8 tensors of JSON, never pickle: a peer's hello is data.
+
 Start (`start_sync`): all_gather every node's progress (the global step it restored), pick the
 node with the most (lowest rank on ties; ranks change across elastic restarts, so it is not
-necessarily rank 0), broadcast its parameters, set shared and anchor to them; every node agrees
+necessarily rank 0) among claims the run can have made (a claim more than 10% above --max-steps is refused
+as forged or corrupt: `nodes.max_claim`), broadcast its parameters, set shared and anchor to them; every node agrees
 that the global step starts at that node's progress.
 
 Process entry (`run_syncer`): `init_process_group("gloo", ..., timeout=sync_timeout)` in this
@@ -52,6 +62,10 @@ bandwidth, staleness and scaling model is in experiments/results/multinode-model
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
+import secrets
 import socket
 import time
 from collections.abc import Sequence
@@ -76,6 +90,75 @@ STARTING, RUNNING, STOPPED, FAILED = 0, 1, 2, 3
 
 class SyncError(RuntimeError):
     """A collective failed (a peer died, hung, or the network broke); one-line message."""
+
+
+class MembershipError(SyncError):
+    """A node failed the membership check at the start of the sync; the message names it."""
+
+
+MAX_HELLO_BYTES = 1 << 16
+
+
+def _all_gather_bytes(data: bytes, limit: int = MAX_HELLO_BYTES) -> list[bytes]:
+    """Every rank's `data`, as bytes, through the default group (lengths first, then the padded
+    bytes); a length above `limit` from any rank is refused before the bytes are sent."""
+    world = dist.get_world_size()
+    length = torch.tensor([len(data)], dtype=torch.int64)
+    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(lengths, length)
+    sizes = [int(t[0]) for t in lengths]
+    if max(sizes) > limit or min(sizes) < 0:
+        raise MembershipError(f"a node sent a hello of {max(sizes)} bytes (at most {limit}): not a node of this run")
+    padded = torch.zeros(max(sizes), dtype=torch.uint8)
+    padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else padded[:0]
+    gathered = [torch.zeros(max(sizes), dtype=torch.uint8) for _ in range(world)]
+    dist.all_gather(gathered, padded)
+    return [bytes(t[:n].tolist()) for t, n in zip(gathered, sizes)]
+
+
+def _proof(token: bytes, transcript: bytes, rank: int) -> bytes:
+    return hmac.new(token, transcript + b"|rank=%d" % rank, hashlib.sha256).digest()
+
+
+def _differences(mine: dict, theirs: dict) -> list[str]:
+    names = sorted(set(mine) | set(theirs))
+    return [f"{name} (here {mine.get(name)!r}, there {theirs.get(name)!r})" for name in names
+            if mine.get(name) != theirs.get(name)]
+
+
+def check_members(identity: dict, token: bytes, host: str = "") -> None:
+    """The membership check on the default group (see the module docstring); raises
+    MembershipError on every node when a node cannot prove the token or differs in identity."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    hello = json.dumps({"nonce": secrets.token_hex(16), "host": host, "identity": identity}, sort_keys=True)
+    hellos = _all_gather_bytes(hello.encode())
+    transcript = b"\0".join(hellos)
+    proofs = _all_gather_bytes(_proof(token, transcript, rank), limit=64)
+    refused = [r for r in range(world)
+               if r != rank and not hmac.compare_digest(proofs[r], _proof(token, transcript, r))]
+
+    def who(r: int) -> str:
+        try:
+            return f"rank {r} ({json.loads(hellos[r])['host']})"
+        except (ValueError, KeyError, TypeError):
+            return f"rank {r}"
+
+    if refused:
+        state = "set" if token else "unset"
+        raise MembershipError(
+            f"{', '.join(who(r) for r in refused)} did not prove this node's HOGWILD_RUN_TOKEN ({state} here): "
+            "the nodes of one run must share it; no weights go to or come from a node that cannot")
+    for r in range(world):
+        if r == rank:
+            continue
+        try:
+            theirs = json.loads(hellos[r])["identity"]
+        except (ValueError, KeyError, TypeError):
+            raise MembershipError(f"{who(r)} sent a hello that is not a node's: not a node of this run") from None
+        differing = _differences(identity, theirs if isinstance(theirs, dict) else {})
+        if differing:
+            raise MembershipError(f"this node's settings differ from {who(r)}'s in {', '.join(differing)}: "
+                                  "every node of a run must be started with the same settings and version")
 
 
 def _flat_view(t: torch.Tensor) -> torch.Tensor:
@@ -192,13 +275,116 @@ class ParamSync:
         return RoundResult(stop, total_steps, time.perf_counter() - t0, t2 - t1)
 
 
+class MomentsSync:
+    """The node's running statistics (each `model.RunningMoments` as its shared mean, var and
+    count buffers: --normalize-obs, --normalize-reward) merged across the nodes every round, so
+    that every node normalizes by the statistics of every node's data, not its own.
+
+    The merge is Chan's parallel formula, in centred sums about the last agreed statistics
+    (the anchor: count cA, mean mA, variance vA, identical on every node). What this node's
+    workers folded in since, read from its buffers (count c, mean m, variance v), is
+        n = c - cA,   D = c (m - mA) = sum(x - mA),   Q = c v + c (m - mA)**2 - cA vA = sum((x - mA)**2)
+    summed over the nodes by one all-reduce (float64: float32 cannot hold counts past 2**24 or
+    these sums exactly), and the joined statistics are
+        count = cA + N,   mean = mA + D / count,   var = (cA vA + Q - D**2 / count) / count,
+    which is what merging every node's batches into the anchor one by one gives. Statistics
+    always merge, in `avg` mode too: they describe the data, not a weight change.
+    """
+
+    def __init__(self, moments: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]):
+        self.moments = list(moments)
+        self.anchor = [self._read(m) for m in self.moments]
+        self.dims = [m[0].numel() for m in self.moments]
+        self.buf = torch.zeros(sum(1 + 2 * d for d in self.dims), dtype=torch.float64)
+        self._snapshots: list[tuple[float, torch.Tensor, torch.Tensor]] = []
+
+    @staticmethod
+    def _read(moments: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> tuple[float, torch.Tensor, torch.Tensor]:
+        mean, var, count = moments
+        return float(count), mean.detach().double().flatten().clone(), var.detach().double().flatten().clone()
+
+    @staticmethod
+    def _write(moments: tuple[torch.Tensor, torch.Tensor, torch.Tensor], count: float, mean: torch.Tensor,
+               var: torch.Tensor) -> None:
+        with torch.no_grad():
+            moments[0].copy_(mean.reshape(moments[0].shape))
+            moments[1].copy_(var.reshape(moments[1].shape))
+            moments[2].fill_(count)
+
+    def _slices(self):
+        offset = 0
+        for dim in self.dims:
+            yield offset, slice(offset + 1, offset + 1 + dim), slice(offset + 1 + dim, offset + 1 + 2 * dim)
+            offset += 1 + 2 * dim
+
+    def begin(self) -> torch.Tensor:
+        """This node's data since the anchor, as (n, D, Q) per statistic, into the buffer."""
+        self._snapshots = [self._read(m) for m in self.moments]
+        for (at, d_slice, q_slice), (c, m, v), (ca, ma, va) in zip(self._slices(), self._snapshots, self.anchor):
+            shift = m - ma
+            self.buf[at] = c - ca
+            self.buf[d_slice] = c * shift
+            self.buf[q_slice] = c * v + c * shift**2 - ca * va
+        return self.buf
+
+    def finish(self) -> None:
+        """The buffer holds the sums over the nodes: move the anchor to the joined statistics and
+        write them to this node's buffers, with what its workers folded in since `begin` on top
+        (that is new to the anchor, so it goes out with the next round)."""
+        for i, ((at, d_slice, q_slice), moments) in enumerate(zip(self._slices(), self.moments)):
+            ca, ma, va = self.anchor[i]
+            total = ca + float(self.buf[at])
+            if total <= 0:
+                continue
+            d, q = self.buf[d_slice], self.buf[q_slice]
+            joined = (total, ma + d / total, ((ca * va + q - d * d / total) / total).clamp_(min=0.0))
+            self.anchor[i] = joined
+            c_snap, m_snap, v_snap = self._snapshots[i]
+            c_now, m_now, v_now = self._read(moments)
+            late = c_now - c_snap
+            if late > 0:  # Chan's merge of the late batch into the joined statistics
+                d_late = c_now * (m_now - m_snap)
+                late_mean = m_snap + d_late / late
+                late_var = ((c_now * v_now + c_now * (m_now - m_snap) ** 2 - c_snap * v_snap) / late
+                            - (d_late / late) ** 2).clamp_(min=0.0)
+                joined = _chan(joined, (late, late_mean, late_var))
+            self._write(moments, *joined)
+
+    def start_from(self, source: int) -> None:
+        """The start: every node takes the statistics of the node whose weights it takes."""
+        if not self.moments:
+            return
+        state = torch.cat([torch.cat([torch.tensor([c], dtype=torch.float64), m, v]) for c, m, v in
+                           (self._read(m) for m in self.moments)])
+        dist.broadcast(state, src=source)
+        for (at, m_slice, v_slice), moments, i in zip(self._slices(), self.moments, range(len(self.moments))):
+            agreed = (float(state[at]), state[m_slice].clone(), state[v_slice].clone())
+            self.anchor[i] = agreed
+            if dist.get_rank() != source:
+                self._write(moments, *agreed)
+
+    def round(self, reduce=None) -> None:
+        if not self.moments:
+            return
+        buf = self.begin()
+        (reduce or dist.all_reduce)(buf)
+        self.finish()
+
+
+def _chan(a: tuple[float, torch.Tensor, torch.Tensor], b: tuple[float, torch.Tensor, torch.Tensor]):
+    (na, ma, va), (nb, mb, vb) = a, b
+    total = na + nb
+    delta = mb - ma
+    return total, ma + delta * nb / total, (va * na + vb * nb + delta**2 * na * nb / total) / total
+
+
 def pick_source(progress: Sequence[int]) -> int:
     """The rank with the most progress; the lowest such rank on ties."""
     best = max(progress)
     return min(r for r, p in enumerate(progress) if p == best)
 
 
-def start_sync(sync: ParamSync, progress: int) -> tuple[int, int]:
+def start_sync(sync: ParamSync, progress: int, max_claim: int | None = None) -> tuple[int, int]:
     """Start protocol on the default process group: all_gather progress, broadcast the weights of
     the node with the most (lowest rank on ties), set shared and anchor to them everywhere.
 
@@ -212,6 +398,10 @@ def start_sync(sync: ParamSync, progress: int) -> tuple[int, int]:
     gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
     dist.all_gather(gathered, mine)
     progress_all = [int(t[0]) for t in gathered]
+    too_far = [r for r, p in enumerate(progress_all) if p < 0 or (max_claim is not None and p > max_claim)]
+    if too_far:
+        raise MembershipError(f"rank {too_far[0]} claims global step {progress_all[too_far[0]]:,}, beyond what this "
+                              f"run can have made (at most {max_claim:,}); its checkpoint is forged or corrupt")
     source = pick_source(progress_all)
     weights = sync.buf[: sync.numel]
     if dist.get_rank() == source:
@@ -244,6 +434,20 @@ class SyncStatus:
         status.source_rank[0] = -1
         return status
 
+    def record_start(self, source: int, start_step: int, local_seen: int) -> None:
+        self.source_rank[0] = source
+        self.global_step[0] = start_step
+        self.local_at_round[0] = local_seen
+        self.state[0] = RUNNING
+
+    def record_round(self, result: RoundResult, local_seen: int) -> None:
+        self.global_step[0] += result.steps
+        self.local_at_round[0] = local_seen
+        self.rounds[0] += 1
+        self.last_round[0] = time.time()
+        self.last_round[1] = result.seconds
+        self.last_round[2] = result.reduce_seconds
+
     def node_global_step(self, local_steps_now: int) -> int:
         """Best local estimate of the global step: the last agreed value plus this node's steps
         since (other nodes' steps since the last round arrive with the next round)."""
@@ -264,6 +468,10 @@ def run_syncer(
     sync_timeout: float = 60.0,
     mode: str = "sum",
     poll: float = 0.02,
+    identity: dict | None = None,
+    token: bytes = b"",
+    max_claim: int | None = None,
+    moments: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = (),
 ) -> None:
     """The syncer child's body. Reads `params` (shared, written by workers), `local_steps` (this
     node's agent-step counter: `int(local_steps.sum())`, e.g. the worker_steps table; it should
@@ -276,20 +484,22 @@ def run_syncer(
     if world_size > MAX_WORLD:
         raise ValueError(f"world_size {world_size} > {MAX_WORLD}")
     sync = ParamSync(params, mode=mode)
+    statistics = MomentsSync(moments)
     where = f"syncer rank {rank}/{world_size}"
     phase = "init_process_group"
     t_phase = time.monotonic()
     try:
         dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=sync_timeout))
+        phase = "membership check"
+        t_phase = time.monotonic()
+        check_members({**(identity or {}), "parameters": sync.numel}, token, socket.gethostname())
         phase = "start"
         t_phase = time.monotonic()
         local_seen = int(local_steps.sum())
-        source, start_step = start_sync(sync, progress)
-        status.source_rank[0] = source
-        status.global_step[0] = start_step
-        status.local_at_round[0] = local_seen
-        status.state[0] = RUNNING
+        source, start_step = start_sync(sync, progress, max_claim)
+        statistics.start_from(source)
+        status.record_start(source, start_step, local_seen)
         next_round = time.monotonic() + sync_interval
         while True:
             while not stop_flag[0] and time.monotonic() < next_round:
@@ -300,18 +510,17 @@ def run_syncer(
             t_phase = time.monotonic()
             # a counter that went down was reset: count nothing for this round, rebase on it
             result = sync.round(vote, max(0, now_local - local_seen))
+            statistics.round()
             local_seen = now_local
-            status.global_step[0] += result.steps
-            status.local_at_round[0] = local_seen
-            status.rounds[0] += 1
-            status.last_round[0] = time.time()
-            status.last_round[1] = result.seconds
-            status.last_round[2] = result.reduce_seconds
+            status.record_round(result, local_seen)
             next_round = max(next_round + sync_interval, time.monotonic())
             if result.stop:
                 stop_flag[0] = 1
                 status.state[0] = STOPPED
                 return
+    except MembershipError as e:
+        status.state[0] = FAILED
+        raise MembershipError(f"{where}: {e}") from None
     except Exception as e:
         status.state[0] = FAILED
         first = (str(e).strip().splitlines() or [""])[0][:300]

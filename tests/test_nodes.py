@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hogwild_a3c import train
+from hogwild_a3c import plot, train
 from hogwild_a3c.checkpoint import load_checkpoint
 from hogwild_a3c.logs import load_run
 from hogwild_a3c.nodes import Node
@@ -39,6 +39,11 @@ def test_a_node_is_known_from_torchruns_environment(tmp_path, capsys):
     node = Node.from_env({"WORLD_SIZE": "3", "RANK": "2", "LOCAL_RANK": "1"})
     assert (node.rank, node.world_size, node.local_rank, node.runs_evaluator) == (2, 3, 1, False)
     assert node.run_dir(tmp_path) == tmp_path / "nodes" / f"{node.host}-1"
+    # Two agents on one host (no namespaces) tell their nodes apart by a name of their own.
+    named = Node.from_env({"WORLD_SIZE": "2", "RANK": "1", "HOGWILD_NODE_NAME": "second"})
+    assert named.run_dir(tmp_path) == tmp_path / "nodes" / "second-0"
+    with pytest.raises(ValueError, match="HOGWILD_NODE_NAME='../x'"):
+        Node.from_env({"WORLD_SIZE": "2", "RANK": "1", "HOGWILD_NODE_NAME": "../x"})
     os.environ.update(WORLD_SIZE="2", RANK="1", LOCAL_RANK="1")
     try:
         assert train.main(["--env", "CartPole-v1", "--max-steps", "10"]) == 2
@@ -71,6 +76,8 @@ def test_two_nodes_learn_cartpole_with_one_evaluator_and_stop_together(tmp_path)
     whole = load_run(run_dir)  # what plot and the notebook read: the run as one
     assert len(whole["eval"]) == len(evals) and set(whole["episodes"]["node"]) == {head.name, other.name}
     assert whole["progress"]["global_step"].max() >= min(steps) - 2000
+    assert plot.main([str(run_dir), "--out", str(tmp_path / "curve.png")]) == 0  # plot reads the run as one, too
+    assert (tmp_path / "curve.png").stat().st_size > 0
 
 
 @pytest.mark.slow
@@ -102,6 +109,8 @@ def test_a_killed_node_rejoins_and_the_global_step_never_goes_back(tmp_path):
     assert len(killed) == 1 and len(sessions(killed[0])) >= 2  # it came back
     for node in survivors:  # saved when torchrun stopped it for the restart: no step lost, none repeated
         assert pd.read_csv(node / "progress.csv")["global_step"].is_monotonic_increasing
+    # The node that came back without a checkpoint goes on with its clock, not from 0.
+    assert pd.read_csv(killed[0] / "progress.csv")["time_s"].is_monotonic_increasing
     for node in nodes_of(run_dir):
         assert sessions(node)[-1]["ended"] in (
             "max_steps", "stopped with the other nodes (a budget, target or stop on one of them)"

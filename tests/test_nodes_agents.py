@@ -149,3 +149,50 @@ def test_a_lost_machine_leaves_the_survivor_training_and_rejoins(tmp_path):
     starts = [s["global_step_start"] for s in a_sessions]
     assert starts == sorted(starts)  # the survivor's global step never went back
     assert not any("already holds files" in p.read_text() for p in logs)
+
+
+def trainer_pid(agent_pid: int) -> int:
+    """The machine's trainer: the `-m hogwild_a3c.train` process under its torchrun agent."""
+    for pid in _descendants(agent_pid):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"hogwild_a3c.train" in argv and b"torch.distributed.run" not in argv:
+            return pid
+    raise AssertionError(f"no trainer under agent {agent_pid}")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_one_machines_trainer_stops_every_machine_cleanly(tmp_path, signum):
+    """The trainer of machine b is told to stop (as torchrun, a scheduler or a user would): both
+    machines stop by the vote, save, and end with exit 0, so neither agent restarts its
+    trainer and neither hangs; no node records a failure."""
+    run_dir, port = tmp_path / "run", _free_port()
+    a_dir, b_dir = run_dir / "nodes" / "machine-a-0", run_dir / "nodes" / "machine-b-0"
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    a = start_machine("machine-a", port, run_dir, 50_000_000, logs[0])
+    wait_for(lambda: _listening(port), 60, "machine a's rendezvous store", logs)
+    b = start_machine("machine-b", port, run_dir, 50_000_000, logs[1])
+    try:
+        wait_for(lambda: all((d / "train.log").is_file() and "of 2) synced" in (d / "train.log").read_text()
+                             for d in (a_dir, b_dir)), 120, "both machines to train together", logs)
+        wait_for(lambda: rows(b_dir / "progress.csv") >= 2, 60, "machine b's progress rows", logs)
+        os.kill(trainer_pid(b.pid), signum)
+        try:
+            codes = [a.wait(timeout=90), b.wait(timeout=90)]
+        except subprocess.TimeoutExpired:
+            pytest.fail("an agent hung after the stop\n" + "\n".join(p.read_text()[-3000:] for p in logs))
+    finally:
+        for agent in (a, b):
+            if agent.poll() is None:
+                kill_machine(agent.pid)
+    assert codes == [0, 0], "\n".join(p.read_text()[-3000:] for p in logs)
+    name = signal.Signals(signum).name
+    for node_dir in (a_dir, b_dir):
+        node_sessions = sessions(node_dir)
+        assert len(node_sessions) == 1, node_sessions  # no agent restarted its trainer
+        assert node_sessions[0]["exit_code"] == 0 and not node_sessions[0]["ended"].startswith("failed")
+    assert sessions(b_dir)[0]["ended"] == f"interrupted ({name})"
+    assert sessions(a_dir)[0]["ended"].startswith("stopped with the other nodes")

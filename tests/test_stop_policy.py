@@ -8,9 +8,10 @@ from hogwild_a3c.shared import STAT, STAT_NAMES
 from hogwild_a3c.stop_policy import StopPolicy
 
 
-def policy(**overrides):
+def policy(under_torchrun=False, **overrides):
     stops, errors = [], []
-    p = StopPolicy(Config(**overrides), on_stop=lambda: stops.append(1), record_error=errors.append, log=lambda m: None)
+    p = StopPolicy(Config(**overrides), on_stop=lambda: stops.append(1), record_error=errors.append, log=lambda m: None,
+                   under_torchrun=under_torchrun)
     return p, stops, errors
 
 
@@ -50,6 +51,13 @@ def test_signals_and_a_second_signal_is_fast():
     assert p.exit_code == 143
     p.on_signal(signal.SIGINT)
     assert p.fast
+
+
+def test_a_node_told_to_stop_exits_0_so_torchrun_does_not_restart_it():
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        p, stops, _ = policy(under_torchrun=True)
+        p.on_signal(signum)
+        assert (p.reason, p.exit_code) == (f"interrupted ({signal.Signals(signum).name})", 0) and stops
 
 
 def test_non_finite_weights_and_skipped_updates_fail_the_run():

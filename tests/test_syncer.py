@@ -9,6 +9,7 @@ import signal
 import time
 from datetime import timedelta
 
+import numpy as np
 import pytest
 import torch
 
@@ -16,6 +17,7 @@ from hogwild_a3c.model import build_model
 from hogwild_a3c.syncer import (
     FAILED,
     RUNNING,
+    STARTING,
     STOPPED,
     ParamSync,
     SyncError,
@@ -32,10 +34,10 @@ ROUNDS = 8
 INC = 2.0 ** -10  # every increment is +-INC, far above the float tolerance bounded below
 
 
-def small_params(seed: int) -> list[torch.Tensor]:
+def small_params(seed: int, lstm_size: int = 16) -> list[torch.Tensor]:
     """A small universe model (channels-last convs, LSTM 16: 47,767 floats) in shared memory."""
     torch.manual_seed(seed)
-    model = build_model((1, 42, 42), 6, 16)
+    model = build_model((1, 42, 42), 6, lstm_size)
     model.share_memory()
     return [p.detach() for p in model.parameters()]
 
@@ -192,20 +194,22 @@ def _syncer_child(params, local_steps, stop_flag, status, kwargs, err_path):
 
 
 class Nodes:
-    """Two run_syncer children over loopback, with their shared tensors held here."""
+    """run_syncer children over loopback (two unless told), with their shared tensors held here;
+    `each[r]` adds keyword arguments of rank r's run_syncer (its token, identity, claim bound)."""
 
-    def __init__(self, tmp_path, progress=(0, 0), seeds=(0, 1), sync_timeout=20.0):
+    def __init__(self, tmp_path, progress=(0, 0), seeds=(0, 1), sync_timeout=20.0, each=None, lstm_sizes=None):
         port = free_port()
-        self.params = [small_params(s) for s in seeds]
+        world = len(seeds)
+        self.params = [small_params(s, size) for s, size in zip(seeds, lstm_sizes or [16] * world)]
         self.initial = [flat(p) for p in self.params]
-        self.steps = [torch.zeros(3, dtype=torch.int64).share_memory_() for _ in range(2)]
-        self.stop = [torch.zeros(1, dtype=torch.int64).share_memory_() for _ in range(2)]
-        self.status = [SyncStatus.create() for _ in range(2)]
-        self.err = [str(tmp_path / f"err{r}.txt") for r in range(2)]
+        self.steps = [torch.zeros(3, dtype=torch.int64).share_memory_() for _ in range(world)]
+        self.stop = [torch.zeros(1, dtype=torch.int64).share_memory_() for _ in range(world)]
+        self.status = [SyncStatus.create() for _ in range(world)]
+        self.err = [str(tmp_path / f"err{r}.txt") for r in range(world)]
         self.procs = []
-        for r in range(2):
-            kw = dict(init_method=f"tcp://127.0.0.1:{port}", rank=r, world_size=2, progress=progress[r],
-                      sync_interval=0.1, sync_timeout=sync_timeout)
+        for r in range(world):
+            kw = dict(init_method=f"tcp://127.0.0.1:{port}", rank=r, world_size=world, progress=progress[r],
+                      sync_interval=0.1, sync_timeout=sync_timeout, **(each[r] if each else {}))
             self.procs.append(CTX.Process(target=_syncer_child, args=(
                 self.params[r], self.steps[r], self.stop[r], self.status[r], kw, self.err[r])))
         for p in self.procs:
@@ -340,3 +344,170 @@ def test_live_writer_during_run_syncer_rounds(tmp_path):
     assert (a - b).abs().max().item() <= tol  # the nodes agree
     err = (a - (start + written[0] + written[1])).abs()
     assert (err <= tol).double().mean().item() >= 0.999, err.max().item()
+
+
+# -- membership: the run token, the settings, the claims ------------------------------------
+
+
+def _refused_everywhere(nodes, timeout=40):
+    _join_all(nodes.procs, timeout)
+    messages = [open(path).read() for path in nodes.err]
+    assert [p.exitcode for p in nodes.procs] == [3] * len(nodes.procs), messages
+    assert all("\n" not in m for m in messages)
+    assert all(int(s.state[0]) == FAILED for s in nodes.status)
+    return messages
+
+
+@pytest.mark.timeout(90)
+def test_an_uninvited_node_with_a_forged_claim_moves_no_weights(tmp_path):
+    # The attack: a third node without the run's token claims far more progress than the run made.
+    run, intruder = {"token": b"the run's secret", "max_claim": 660_000}, {"token": b"a guess"}
+    nodes = Nodes(tmp_path, progress=(1000, 400, 2_000_000), seeds=(0, 1, 2), each=[run, run, intruder])
+    try:
+        messages = _refused_everywhere(nodes)
+    finally:
+        nodes.kill()
+    for r in (0, 1):
+        assert messages[r].startswith(f"syncer rank {r}/3: rank 2 (") and "did not prove" in messages[r], messages[r]
+        assert "HOGWILD_RUN_TOKEN" in messages[r]
+    assert "rank 0 (" in messages[2] and "rank 1 (" in messages[2]
+    for r in range(3):  # nobody was given weights or took any
+        assert torch.equal(flat(nodes.params[r]), nodes.initial[r])
+        assert int(nodes.status[r].source_rank[0]) == -1
+
+
+@pytest.mark.timeout(90)
+def test_a_claim_beyond_the_budget_is_refused_among_members(tmp_path):
+    bound = {"token": b"s", "max_claim": 660_000}
+    nodes = Nodes(tmp_path, progress=(1000, 2_000_000), seeds=(0, 1), each=[bound, bound])
+    try:
+        messages = _refused_everywhere(nodes)
+    finally:
+        nodes.kill()
+    assert all("rank 1 claims global step 2,000,000" in m for m in messages), messages
+    assert all(torch.equal(flat(p), start) for p, start in zip(nodes.params, nodes.initial))
+
+
+@pytest.mark.timeout(90)
+def test_nodes_with_different_settings_or_models_are_refused_naming_the_fields(tmp_path):
+    ours, theirs = {"identity": {"lr": 0.0004, "env": "CartPole-v1"}}, {"identity": {"lr": 0.001, "env": "CartPole-v1"}}
+    nodes = Nodes(tmp_path, seeds=(0, 1), each=[ours, theirs], lstm_sizes=[16, 8])
+    try:
+        messages = _refused_everywhere(nodes)
+    finally:
+        nodes.kill()
+    assert "settings differ from rank 1 (" in messages[0]
+    assert "lr (here 0.0004, there 0.001)" in messages[0] and "parameters (here " in messages[0]
+    assert "env" not in messages[0].split(" in ", 1)[1].split(":")[0]  # only what differs is named
+    assert "lr (here 0.001, there 0.0004)" in messages[1]
+    assert all(torch.equal(flat(p), start) for p, start in zip(nodes.params, nodes.initial))
+
+
+# -- running statistics across nodes ---------------------------------------------------------
+
+
+def shared_moments(shape=(3,)):
+    from hogwild_a3c.model import RunningMoments
+
+    moments = RunningMoments(shape)
+    moments.share_memory()
+    return moments
+
+
+def as_tuple(moments):
+    return (moments.mean, moments.var, moments.count)
+
+
+def assert_moments_of(moments, stream):
+    stream = np.concatenate(stream)
+    assert float(moments.count) == len(stream)
+    np.testing.assert_allclose(moments.mean.numpy(), stream.mean(axis=0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(moments.var.numpy(), stream.var(axis=0), rtol=1e-5, atol=1e-6)
+
+
+def test_in_process_statistics_merge_to_those_of_the_joined_stream():
+    """Two nodes in one process with a hand-made SUM; node b's workers fold a batch in while the
+    "all-reduce" is in flight: it stays on b and reaches a with the next round."""
+    from hogwild_a3c.syncer import MomentsSync
+
+    rng = np.random.default_rng(0)
+    a, b = shared_moments(), shared_moments()
+    sa, sb = MomentsSync([as_tuple(a)]), MomentsSync([as_tuple(b)])
+
+    def batch(n, loc, scale):
+        return rng.normal(loc, scale, (n, 3))
+
+    seen_a, seen_b = [batch(50, 5.0, 2.0), batch(30, 4.0, 1.0)], [batch(200, -3.0, 0.5)]
+    for x in seen_a:
+        a.merge_(x)
+    for x in seen_b:
+        b.merge_(x)
+
+    def sum_round(late=None):
+        buf_a, buf_b = sa.begin(), sb.begin()
+        if late is not None:
+            b.merge_(late)
+        total = buf_a + buf_b
+        buf_a.copy_(total)
+        buf_b.copy_(total)
+        sa.finish()
+        sb.finish()
+
+    late = batch(40, 10.0, 3.0)
+    sum_round(late)
+    assert_moments_of(a, seen_a + seen_b)
+    assert_moments_of(b, seen_a + seen_b + [late])
+    more = batch(25, 0.0, 1.0)
+    a.merge_(more)
+    sum_round()
+    assert_moments_of(a, seen_a + seen_b + [late, more])
+    assert_moments_of(b, seen_a + seen_b + [late, more])
+
+
+def _moments_node(rank, port, progress, batches, out_path):
+    torch.set_num_threads(1)
+    params = small_params(rank)
+    moments = shared_moments()
+    if rank == 1:  # node 1 has the most progress: its statistics are the start's
+        moments.merge_(np.full((10, 3), 7.0))
+    steps, stop = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+    status = SyncStatus.create()
+    import threading
+
+    def workers():  # this node's workers: fold its batches in while the syncer rounds
+        while int(status.state[0]) == STARTING:
+            time.sleep(0.01)
+        for x in batches:
+            moments.merge_(x)
+            time.sleep(0.15)
+        if rank == 0:  # node 0 votes stop once both nodes' batches have been through rounds
+            time.sleep(1.0)
+            stop[0] = 1
+
+    thread = threading.Thread(target=workers)
+    thread.start()
+    run_syncer(params, steps, stop, status, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+               progress=progress, sync_interval=0.05, sync_timeout=20, moments=[as_tuple(moments)])
+    thread.join()
+    torch.save({"count": float(moments.count), "mean": moments.mean.clone(), "var": moments.var.clone()}, out_path)
+
+
+@pytest.mark.timeout(60)
+def test_two_nodes_end_with_the_statistics_of_both_streams(tmp_path):
+    rng = np.random.default_rng(1)
+    streams = [[rng.normal(3.0, 2.0, (40, 3)) for _ in range(3)], [rng.normal(-1.0, 0.5, (60, 3)) for _ in range(2)]]
+    port = free_port()
+    procs = [CTX.Process(target=_moments_node, args=(r, port, (10, 500)[r], streams[r], tmp_path / f"m{r}.pt"))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    _join_all(procs, 45)
+    assert [p.exitcode for p in procs] == [0, 0]
+    # Node 1's statistics at the start (ten 7s) and both streams, on both nodes; node 0's own
+    # statistics from before the start were replaced, as its weights were.
+    joined = np.concatenate([np.full((10, 3), 7.0)] + streams[0] + streams[1])
+    for r in range(2):
+        got = torch.load(tmp_path / f"m{r}.pt")
+        assert got["count"] == len(joined)
+        np.testing.assert_allclose(got["mean"].numpy(), joined.mean(axis=0), rtol=1e-5)
+        np.testing.assert_allclose(got["var"].numpy(), joined.var(axis=0), rtol=1e-5)
