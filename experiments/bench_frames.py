@@ -1,4 +1,4 @@
-"""`make bench-frames`: what the seed's frames (`frame="seed"`: RGB screen, mean of the channels)
+"""`make bench-frames`: what universe's frames (`frame="universe"`: RGB screen, mean of the channels)
 cost against ALE's greyscale (`frame="fast"`), per frame, on one thread like a worker, and how
 far apart the two greys are on real Pong screens.
 
@@ -47,7 +47,7 @@ def step_us(frame: str, steps: int) -> float:
 
 def screens(count: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Real (RGB, ALE greyscale) screen pairs from random play."""
-    env = make_env("ALE/Pong-v5", PONG, frame="seed")
+    env = make_env("ALE/Pong-v5", PONG, frame="universe")
     env.reset(seed=1)
     rng = np.random.default_rng(1)
     rgb, grey = [], []
@@ -91,7 +91,7 @@ def main() -> int:
         timings["seed (RGB screen)"].append(per_call_us(wrapper.observation, rgb[100], args.calls))
         timings["seed, channel mean in float64 (before)"].append(per_call_us(old_rgb_path, rgb[100], args.calls // 5))
         timings["env step + fast"].append(step_us("fast", args.steps))
-        timings["env step + seed"].append(step_us("seed", args.steps))
+        timings["env step + seed"].append(step_us("universe", args.steps))
     rows = [{"what": k, "us per frame (median)": statistics.median(v), "min": min(v), "max": max(v)}
             for k, v in timings.items()]
 

@@ -97,8 +97,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.learning:
         return learning(args, {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
-    # --preset seed (K=1): the layout comparison recorded in multinode.md was made with it.
-    common = ["--env", config["env"], "--preset", "seed", "--env-kwargs", *config["env_kwargs"], "--eval-episodes", "0",
+    # --preset universe (K=1): the layout comparison recorded in multinode.md was made with it.
+    common = ["--env", config["env"], "--preset", "universe", "--env-kwargs", *config["env_kwargs"], "--eval-episodes", "0",
               "--max-seconds", str(args.seconds), "--progress-interval", "1", "--no-progress"]
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     rows = []

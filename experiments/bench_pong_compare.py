@@ -1,8 +1,8 @@
 """`make bench-pong-compare`: one Pong configuration and seed run under several variants, each to
 the same number of agent steps, and their learning curves drawn side by side against steps.
 
-The variants live in experiments/configs/pong_compare.json: the seed's exact algorithm
-(`--preset seed`: K=1, 20-step rollouts, Adam 1e-4) and the default (`atari` preset); a variant
+The variants live in experiments/configs/pong_compare.json: universe-starter-agent's exact algorithm
+(`--preset universe`: K=1, 20-step rollouts, Adam 1e-4) and the default (`atari` preset); a variant
 may name a `commit`, run from a temporary git worktree of that commit. Each figure has the curves
 against agent steps (sample efficiency) and against wall time (what a user waits). Hogwild runs
 are not repeatable step for step even with one seed (the workers' interleaving differs), so the

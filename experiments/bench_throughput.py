@@ -109,7 +109,7 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False, preset="seed",
+def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False, preset="universe",
                     rollout_steps=None):
     run_dir = RUNS / "throughput" / f"{tag}-w{workers}-k{envs}-{int(time.time() * 1000)}"
     args = ["--env", env_id, "--preset", preset, "--num-workers", workers, "--envs-per-worker", envs, "--no-progress",
@@ -157,7 +157,7 @@ def main():
     parser.add_argument("--warmup", type=float, default=config["warmup_seconds"])
     parser.add_argument("--repeats", type=int, default=config["repeats"])
     parser.add_argument("--tag", default="", help="suffix of the result files, e.g. 'before'")
-    parser.add_argument("--preset", default="seed",
+    parser.add_argument("--preset", default="universe",
                         help="the trainer's preset (default: the seed's algorithm, 20-step rollouts, as in older "
                              "results; `atari` is the Atari default, 10-step rollouts)")
     parser.add_argument("--trainer-only", action="store_true",

@@ -1,4 +1,4 @@
-"""The A3C maths as pure functions: discounting, returns, GAE and the seed's summed loss.
+"""The A3C maths as pure functions: discounting, returns, GAE and universe's summed loss.
 
 Nothing here knows about processes or environments, so every function can be checked against
 a slow reference (tests/test_algo.py).
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 
 def discount(x: np.ndarray, gamma: float) -> np.ndarray:
-    """y[t] = sum_k gamma^k x[t+k] along axis 0: the seed's `scipy.signal.lfilter([1], [1, -gamma],
+    """y[t] = sum_k gamma^k x[t+k] along axis 0: universe's `scipy.signal.lfilter([1], [1, -gamma],
     x[::-1])[::-1]`, as the recursion y[t] = x[t] + gamma * y[t+1] (tests check both agree).
 
     A plain loop, because rollouts are 5-20 steps long and importing scipy.signal costs every
@@ -42,7 +42,7 @@ def segment_targets(
     """Returns and GAE advantages of one stretch of steps that lies inside one episode.
 
     `bootstrap` is V(s_T) when the stretch stopped mid-episode or at a time-limit cut, and 0
-    at a true terminal (the seed's `rollout.r`).
+    at a true terminal (universe's `rollout.r`).
     """
     rewards = np.asarray(rewards, dtype=np.float64)
     values_plus = np.append(np.asarray(values, dtype=np.float64), bootstrap)
@@ -101,7 +101,7 @@ def a3c_loss(
     entropy_coef: float = 0.01,
     reduction: str = "sum",
 ) -> LossTerms:
-    """The seed's loss, summed over the batch rather than averaged (`reduction="sum"`).
+    """Universe's loss, summed over the batch rather than averaged (`reduction="sum"`).
 
     pi_loss = -sum(log pi(a) * adv); vf_loss = 0.5 * sum((V - R)^2);
     entropy = -sum(pi * log pi); total = pi_loss + value_coef * vf_loss - entropy_coef * entropy.

@@ -22,7 +22,7 @@ import torch
 
 from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint
 from .config import Config, config_from_dict, flag_name, typed_values
-from .envs import EnvInfo, EnvSpecError, Frame42, describe_env, is_atari, make_env
+from .envs import EnvInfo, EnvSpecError, Frame42, describe_env, env_options, is_atari, make_env
 from .model import ActorCritic, State, build_model, sample_actions
 
 
@@ -52,8 +52,8 @@ def _given(config: Config | str | Path | None, progress: bool | None, settings: 
         given = config.to_dict()
         if given["preset"] == "auto":
             # Every field is given, so no preset fills anything: the values started from Config's
-            # defaults, which are the seed preset's.
-            given["preset"] = "seed"
+            # defaults, which are the universe preset's.
+            given["preset"] = "universe"
     elif isinstance(config, (str, Path)):
         given["config"] = str(config)  # a JSON file of settings, as --config
     elif config is not None:
@@ -164,7 +164,7 @@ class Policy:
 
     def make_env(self, render_mode: str | None = None) -> Any:
         """The env as the trainer made it (id, keyword arguments, preprocessing)."""
-        return make_env(self.cfg.env, self.cfg.env_kwargs, render_mode=render_mode, frame=self.cfg.frame)
+        return make_env(self.cfg.env, self.cfg.env_kwargs, render_mode=render_mode, **env_options(self.cfg))
 
     def initial_state(self) -> State:
         return self.model.initial_state(1)
@@ -211,7 +211,7 @@ def load_policy(path: str | Path, env: str | None = None) -> Policy:
         raise PolicyError(f"{found}: its env '{cfg.env}' would import the module '{module}'; a checkpoint never "
                           f"imports code by itself: pass --env {cfg.env} to allow it")
     try:
-        info = describe_env(cfg.env, cfg.env_kwargs, frame=cfg.frame)
+        info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
         model = build_model(info.obs_shape, info.num_actions, cfg)
         check_model_fits(payload, found, model)
     except (EnvSpecError, CheckpointError) as exc:

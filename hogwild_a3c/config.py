@@ -30,6 +30,9 @@ def _run(default: Any, help: str, **argparse_kwargs: Any) -> Any:
     return _opt(default, help, resumable=True, experiment=False, **argparse_kwargs)
 
 
+RENAMED = {"seed": "universe"}  # old name of a preset or --frame mode -> its name now
+
+
 @dataclass
 class Config:
     # What to train on
@@ -41,12 +44,22 @@ class Config:
     # Where the defaults below come from (see hogwild_a3c/presets/ and README "Presets")
     preset: str = _opt("auto", "settings to start from: auto picks by env (the env's own preset file if the package "
                        "has one, else `atari` for Atari frames and `vector` for vector observations); or a preset "
-                       "name: atari, seed, vector, ...; --config and flags override it")
+                       "name: atari, universe, vector, ...; --config and flags override it")
     config: str | None = _opt(None, experiment=False, help="a JSON file of settings (keys are flag names with _ or -, "
                               "e.g. {\"lr\": 0.001}); it may name a \"preset\" to start from; flags override it")
-    frame: str = _opt("fast", "how Atari frames become grey: fast = ALE's luminance greyscale; seed = the mean of the "
-                      "RGB channels, as the seed's _process_frame42 (about 35 us more per frame); other envs ignore it",
-                      choices=["fast", "seed"])
+    frame: str = _opt("fast", "how Atari frames become grey: fast = ALE's luminance greyscale; universe = the mean of the "
+                      "RGB channels, as universe's _process_frame42 (about 35 us more per frame); other envs ignore it",
+                      choices=["fast", "universe", "seed"])
+    # The Atari protocol (other envs ignore all but --clip-reward); `--preset universe` has none of it
+    clip_reward: bool = _opt(False, "clip each reward to [-1, 1] for learning, as the A3C paper does on Atari; the "
+                             "logged and evaluated returns stay unclipped", negatable=True)
+    life_loss: bool = _opt(False, "Atari: a lost life ends a stretch of value bootstrapping (the value beyond it "
+                           "counts 0) without resetting the game or the LSTM", negatable=True)
+    fire_reset: bool = _opt(False, "Atari games whose second action is FIRE: press it after each reset and each lost "
+                            "life (Breakout's ball waits for it); evaluation does the same", negatable=True)
+    max_pool: bool = _opt(False, "Atari: repeat each action over the frameskip here and see the pixelwise max of "
+                          "the last two frames, not ALE v5's last one (shots drawn on alternate frames stay "
+                          "visible); evaluation does the same", negatable=True)
     # Processes
     num_workers: int | None = _opt(None, "worker processes; 0 runs one worker in the main process (serial, "
                                    "repeatable); default: one per core", resumable=True)
@@ -58,7 +71,7 @@ class Config:
                              choices=["spawn", "forkserver"])
     sync_interval: float = _run(1.0, "multi-node runs (under torchrun): seconds between syncs of the nodes' models "
                                      "(0.5-1 suits 1 GbE, 0.1 suits 10 GbE)")
-    sync_mode: str = _opt("sum", "multi-node runs: sum = every node's updates reach every node (A3C, like the seed's "
+    sync_mode: str = _opt("sum", "multi-node runs: sum = every node's updates reach every node (A3C, like universe's "
                           "parameter server); avg = model averaging", choices=["sum", "avg"])
     sync_timeout: float = _run(60.0, "multi-node runs: seconds a sync may wait for a frozen node before it fails")
     # Budgets
@@ -66,23 +79,23 @@ class Config:
     max_seconds: float | None = _run(None, "stop after this many seconds of run time (total, across resumes)")
     target_return: float | None = _run(None, "stop once the mean of the last --eval-episodes evaluation returns "
                                              "reaches this")
-    # Algorithm (the seed's values)
+    # Algorithm (universe's values)
     rollout_steps: int = _opt(20, "steps per environment between updates")
     gamma: float = _opt(0.99, "discount factor")
     gae_lambda: float = _opt(1.0, "GAE lambda (1.0: advantages are discounted returns minus values)")
     lr: float = _opt(1e-4, "Adam learning rate")
     lr_warmup_updates: int = _opt(0, "raise each Adam's learning rate linearly from 0 to --lr over its first this many "
-                                  "updates (0: none, the seed); 2000 = 2 / (1 - Adam's beta2) is the usual untuned "
+                                  "updates (0: none, as universe); 2000 = 2 / (1 - Adam's beta2) is the usual untuned "
                                   "choice")
     entropy_coef: float = _opt(0.01, "weight of the entropy bonus")
     value_coef: float = _opt(0.5, "weight of the value loss")
     max_grad_norm: float = _opt(40.0, "clip gradients to this global norm")
-    optimizer: str = _opt("adam", "adam: each worker its own Adam statistics (the seed); shared-adam: one set in "
+    optimizer: str = _opt("adam", "adam: each worker its own Adam statistics (universe); shared-adam: one set in "
                           "shared memory", choices=["adam", "shared-adam"])
     lstm_size: int = _opt(256, "LSTM hidden units (--core lstm)")
-    lstm_forget_bias: float = _opt(1.0, "the LSTM's forget-gate bias at initialisation: 1.0 is the seed's (TF's "
+    lstm_forget_bias: float = _opt(1.0, "the LSTM's forget-gate bias at initialisation: 1.0 is universe's (TF's "
                                         "BasicLSTMCell adds 1 to the forget gate); runs saved without it read 0.0")
-    core: str = _opt("lstm", "recurrent LSTM core (the seed) or a feedforward one (mlp: the encoder feeds the heads)",
+    core: str = _opt("lstm", "recurrent LSTM core (universe) or a feedforward one (mlp: the encoder feeds the heads)",
                      choices=["lstm", "mlp"])
     hidden_size: int = _opt(128, "units of each of the 2 layers of the encoder for vector observations")
     activation: str = _opt("elu", "activation of the vector encoder", choices=["elu", "tanh"])
@@ -90,7 +103,7 @@ class Config:
                           "--core mlp, an MLP of its own (the lstm core then shares); mlp: an MLP of its own with "
                           "either core, so with the lstm core the value has no memory (vector observations only)",
                           choices=["shared", "separate", "mlp"])
-    loss_reduction: str = _opt("sum", "sum: the seed's loss summed over the batch; mean: averaged, so the clip "
+    loss_reduction: str = _opt("sum", "sum: universe's loss summed over the batch; mean: averaged, so the clip "
                                "threshold and lr do not depend on the batch size", choices=["sum", "mean"])
     normalize_obs: bool = _opt(False, "scale observations by running mean and std (statistics shared by every process "
                                "and saved in checkpoints)", negatable=True)
@@ -119,6 +132,12 @@ class Config:
     max_skipped_updates: int = _run(100, "stop the run when a worker skips this many updates in a row (non-finite loss "
                                          "or gradient)")
 
+    def __post_init__(self) -> None:
+        # The reference algorithm was called "seed" (a word --seed already means) before it was
+        # called universe; runs saved and commands written then keep working.
+        self.preset = RENAMED.get(self.preset, self.preset)
+        self.frame = RENAMED.get(self.frame, self.frame)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -135,7 +154,8 @@ def experiment_fields() -> set[str]:
 PRESET_FIELDS = {
     "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "lr_warmup_updates", "entropy_coef",
     "value_coef", "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size", "activation",
-    "loss_reduction", "normalize_obs", "normalize_reward", "value_net",
+    "loss_reduction", "normalize_obs", "normalize_reward", "value_net", "clip_reward", "life_loss", "fire_reset",
+    "max_pool",
 }
 
 
@@ -222,7 +242,7 @@ HELP_GROUPS = {
     "num_workers": "processes",
     "sync_interval": "several machines (under torchrun; see the README)",
     "max_steps": "budgets (a run stops at the first one reached)",
-    "rollout_steps": "algorithm (defaults shown are the seed's; --preset auto replaces them: atari on Atari frames, "
+    "rollout_steps": "algorithm (defaults shown are universe's; --preset auto replaces them: atari on Atari frames, "
                      "vector on flat observations)",
     "eval_interval": "evaluation, logging and the run directory",
     "max_worker_restarts": "faults",
@@ -254,7 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
         if not re.search(r"\bdefault\b", help_text):  # unless the help already tells its default
             shown = "none" if f.default is None else f.default
             if f.name in PRESET_FIELDS:
-                help_text += f" (seed's default: {shown}; presets may set it)"
+                help_text += f" (universe's default: {shown}; presets may set it)"
             else:
                 help_text += f" (default: {shown})"
         group.add_argument(flag_name(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)

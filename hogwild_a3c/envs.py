@@ -61,7 +61,7 @@ def _universe_resize_matrix(channels: int = 1) -> np.ndarray:
 # channels, as universe-starter-agent's `_process_frame42` does; the two differ by up to about
 # 24/255 per pixel on Pong. `seed` costs about 35 us more per frame here (70 against 35 us on
 # one core, `make bench-frames`); `fast` is the default, and every Pong result in this repo used it.
-FRAME_MODES = ("fast", "seed")
+FRAME_MODES = ("fast", "universe")
 
 
 class Universe42(gym.ObservationWrapper):
@@ -70,9 +70,9 @@ class Universe42(gym.ObservationWrapper):
     `_process_frame42` crops rows 34..194, resizes the RGB frame 160x160 -> 80x80 -> 42x42,
     averages the three channels and scales by 1/255. Resizing and averaging are both linear, so
     averaging first gives the same pixels with a third of the resizing. Given an RGB frame
-    (ALE's `obs_type="rgb"`, `frame="seed"`) this is that computation; given ALE's greyscale frame
+    (ALE's `obs_type="rgb"`, `frame="universe"`) this is that computation; given ALE's greyscale frame
     (`frame="fast"`, the default) the channel mean is replaced by ALE's luminance weighting.
-    One difference from the seed remains in both: OpenCV resizes uint8 images and rounds each
+    One difference from universe remains in both: OpenCV resizes uint8 images and rounds each
     resized image to whole levels; here the resize stays in float32 (measured: under 0.7/255).
     """
 
@@ -83,6 +83,81 @@ class Universe42(gym.ObservationWrapper):
 
     def observation(self, frame: np.ndarray) -> np.ndarray:
         return self._frame42(frame)
+
+
+class AtariSteps(gym.Wrapper):
+    """The Atari protocol around a raw ALE env: what happens inside one agent step.
+
+    - `max_pool`: the env is made with frameskip 1 and this wrapper repeats the action `skip`
+      times itself, returning the pixelwise max of the last two frames. ALE v5 repeats inside
+      the emulator and returns only the last frame, so objects drawn on alternate frames
+      (SpaceInvaders' shots) can vanish. The repeats call ALE directly (about 10 us per agent
+      step more than v5's own repeat, against 55 us through four gym steps); sticky actions are
+      ALE's, applied per frame either way.
+    - `fire_reset`: in games whose second action is FIRE, press it after a reset and after each
+      lost life, as baselines' FireResetEnv does (Breakout's ball waits for it).
+    - Every step's info says `life_lost`, so a learner can end a bootstrap stretch there
+      (`--life-loss`) without the game being reset.
+    """
+
+    def __init__(self, env: gym.Env, skip: int, max_pool: bool, fire_reset: bool):
+        super().__init__(env)
+        atari: Any = env.unwrapped  # ale_py's AtariEnv
+        self._ale = atari.ale
+        self._skip = skip
+        self._max_pool = max_pool and skip > 1
+        meanings = atari.get_action_meanings()
+        self._fire = fire_reset and len(meanings) >= 3 and meanings[1] == "FIRE"
+        minimal = self._ale.getMinimalActionSet()
+        n = int(env.action_space.n)  # type: ignore[attr-defined]
+        self._action_set = minimal if len(minimal) == n else self._ale.getLegalActionSet()
+        shape = env.observation_space.shape or ()
+        self._grey = len(shape) == 2
+        self._frames = np.zeros((2, *shape), dtype=np.uint8)
+        self._lives = 0
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        if self._fire:
+            obs, _, terminated, truncated, info = self._step(1)
+            if terminated or truncated:
+                obs, info = self.env.reset()
+        self._lives = self._ale.lives()
+        return obs, {**info, "life_lost": False}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self._step(action)
+        lives = self._ale.lives()
+        life_lost = lives < self._lives and not (terminated or truncated)
+        self._lives = lives
+        if life_lost and self._fire:
+            obs, more, terminated, truncated, info = self._step(1)
+            reward += more
+        return obs, reward, terminated, truncated, {**info, "life_lost": life_lost}
+
+    def _step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if not self._max_pool:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            return obs, float(reward), terminated, truncated, info
+        ale, frames, reward = self._ale, self._frames, 0.0
+        ale_action = self._action_set[action]
+        for repeat in range(self._skip):
+            reward += ale.act(ale_action)
+            if ale.game_over():  # the episode ended inside the repeat: its last frame, twice
+                self._screen(frames[1])
+                frames[0] = frames[1]
+                break
+            if repeat >= self._skip - 2:
+                self._screen(frames[repeat - self._skip + 2])
+        obs = np.maximum(frames[0], frames[1])
+        return obs, reward, ale.game_over(with_truncation=False), ale.game_truncated(), {"lives": ale.lives()}
+
+    def _screen(self, out: np.ndarray) -> np.ndarray:
+        if self._grey:
+            self._ale.getScreenGrayscale(out)
+        else:
+            self._ale.getScreenRGB(out)
+        return out
 
 
 class Frame42:
@@ -152,12 +227,16 @@ def make_env(
     env_kwargs: dict[str, Any] | None = None,
     render_mode: str | None = None,
     frame: str = "fast",
+    max_pool: bool = False,
+    fire_reset: bool = False,
 ) -> gym.Env:
     """Build one training environment; safe to call in any process.
 
-    `frame` ("fast" or "seed", see FRAME_MODES) chooses how Atari frames become grey; other
-    envs ignore it. `env_kwargs={"obs_type": "rgb"}` also gives the seed's frames.
+    `frame` ("fast" or "universe", see FRAME_MODES) chooses how Atari frames become grey; other
+    envs ignore it. `env_kwargs={"obs_type": "rgb"}` also gives universe's frames. `max_pool`
+    and `fire_reset` are the Atari protocol of `AtariSteps`; other envs ignore them too.
     """
+    frame = "universe" if frame == "seed" else frame  # its name before it was called universe
     if frame not in FRAME_MODES:
         raise EnvSpecError(f"--frame must be one of {', '.join(FRAME_MODES)} (got {frame!r})")
     kwargs = dict(env_kwargs or {})
@@ -165,14 +244,23 @@ def make_env(
         kwargs["render_mode"] = render_mode
     env_id = _import_env_module(env_id)
     if is_atari(env_id):
-        wanted = "rgb" if frame == "seed" else "grayscale"
+        wanted = "rgb" if frame == "universe" else "grayscale"
         given = kwargs.setdefault("obs_type", wanted)
-        if frame == "seed" and given != "rgb":
-            raise EnvSpecError(f"--frame seed needs RGB frames from ALE, but --env-kwargs sets obs_type={given!r}")
+        if frame == "universe" and given != "rgb":
+            raise EnvSpecError(f"--frame universe needs RGB frames from ALE, but --env-kwargs sets obs_type={given!r}")
         if given not in ("rgb", "grayscale"):
             raise EnvSpecError(f"--env-kwargs obs_type={given!r}: the 42x42 preprocessing needs 'grayscale' or 'rgb'")
+        # The time limit goes outside AtariSteps, whose repeats bypass the wrappers of gym.make.
+        max_episode_steps = kwargs.pop("max_episode_steps", None)
+        skip = kwargs.get("frameskip", (gym.spec(env_id).kwargs or {}).get("frameskip", 1))
+        if max_pool:
+            if not isinstance(skip, int):
+                raise EnvSpecError(f"--max-pool needs a fixed frameskip, but '{env_id}' repeats actions {skip!r} "
+                                   "times at random; give --env-kwargs frameskip=4 or --no-max-pool")
+            kwargs["frameskip"] = 1
         # Greyscale straight from ALE (`fast`) saves the RGB->grey conversion on every frame.
-        return Universe42(gym.make(env_id, **kwargs))
+        env: gym.Env = Universe42(AtariSteps(gym.make(env_id, **kwargs), skip if max_pool else 1, max_pool, fire_reset))
+        return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps is not None else env
     env = gym.make(env_id, **kwargs)
     space = env.action_space
     if isinstance(space, gym.spaces.Discrete) and int(space.start) != 0:
@@ -322,13 +410,19 @@ class EnvInfo:
     num_actions: int
 
 
-def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: str = "fast") -> EnvInfo:
+def env_options(cfg: Any) -> dict[str, Any]:
+    """The settings of a run's `Config` that `make_env` takes besides the id and its kwargs."""
+    return {"frame": cfg.frame, "max_pool": cfg.max_pool, "fire_reset": cfg.fire_reset}
+
+
+def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: str = "fast",
+                 max_pool: bool = False, fire_reset: bool = False) -> EnvInfo:
     """Make the env once, check the model can train on it, and return what the model needs."""
     steps = (env_kwargs or {}).get("max_episode_steps")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise EnvSpecError(f"--env-kwargs max_episode_steps must be an integer >= 1 (got {steps!r})")
     try:
-        env = make_env(env_id, env_kwargs, frame=frame)
+        env = make_env(env_id, env_kwargs, frame=frame, max_pool=max_pool, fire_reset=fire_reset)
     except ModuleNotFoundError as exc:
         raise EnvSpecError(f"--env '{env_id}': cannot import module '{exc.name}'") from None
     except gym.error.Error as exc:

@@ -17,7 +17,7 @@ import torch
 
 from .checkpoint import save_best
 from .config import Config
-from .envs import EnvInfo, make_env
+from .envs import EnvInfo, env_options, make_env
 from .files import WriteError
 from .lstm_watch import LstmWatch
 from .model import ActorCritic, State, build_model, sample_actions
@@ -72,7 +72,7 @@ class Evaluator:
         self.cfg = cfg
         self.link = link
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
-        self.env = make_env(cfg.env, cfg.env_kwargs, frame=cfg.frame)
+        self.env = make_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
         self.rng = np.random.default_rng(seed)
         self.env.reset(seed=seed)  # seeds the env's generator once; later resets continue it
         self.run_dir = Path(run_dir)

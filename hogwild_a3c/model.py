@@ -29,7 +29,7 @@ def _glorot_uniform_(weight: torch.Tensor, fan_in: int, fan_out: int) -> None:
 
 @torch.no_grad()
 def _normalized_columns_(weight: torch.Tensor, std: float) -> None:
-    """The seed's `normalized_columns_initializer`: Gaussian rows rescaled to norm `std` per output."""
+    """Universe's `normalized_columns_initializer`: Gaussian rows rescaled to norm `std` per output."""
     nn.init.normal_(weight)
     weight.mul_(std / weight.norm(dim=1, keepdim=True))
 
@@ -142,13 +142,13 @@ class ActorCritic(nn.Module):
             self.encoder = MlpEncoder(obs_shape[0], hidden_size, activation)
         else:
             raise ValueError(f"observation shape {obs_shape} is neither CxHxW nor a flat vector")
-        # Registered only when asked for, so a model without them (the seed's) keeps its state dict.
+        # Registered only when asked for, so a model without them (universe's) keeps its state dict.
         self.obs_norm = RunningMoments(self.obs_shape) if normalize_obs else None
         self.return_norm = RunningMoments(()) if normalize_reward else None
         self.lstm: nn.LSTM | None
         if core == "lstm":
             self.lstm = nn.LSTM(self.encoder.out_features, lstm_size)
-            # TF's BasicLSTMCell, which the seed uses, starts its bias at zero and adds a constant
+            # TF's BasicLSTMCell, which universe uses, starts its bias at zero and adds a constant
             # forget_bias (1.0) to the forget gate. A trainable bias that starts at 1.0 gets the same
             # gradients, so it trains the same; the forget gate then starts near 0.73, not 0.5.
             # get_parameter: nn.LSTM sets its per-layer weights by name, untyped.
@@ -258,7 +258,7 @@ class ActorCritic(nn.Module):
 def build_model(obs_shape: tuple[int, ...], num_actions: int, arch: Any) -> ActorCritic:
     """The model for a run. `arch` is the run's Config (or anything with its model fields:
     lstm_size, lstm_forget_bias, core, hidden_size, activation, normalize_obs, normalize_reward), or a bare int,
-    the LSTM size of the seed's model."""
+    the LSTM size of universe's model."""
     if isinstance(arch, int):
         model = ActorCritic(obs_shape, num_actions, arch)
     else:

@@ -2,7 +2,7 @@
 
 A run's settings are resolved once, before any process starts, in this order (later wins):
 
-1. the `Config` dataclass defaults: the seed's algorithm (universe-starter-agent on Atari);
+1. the `Config` dataclass defaults: universe's algorithm (universe-starter-agent on Atari);
 2. a preset: `--preset NAME`, or with `--preset auto` (the default) the env's own file
    `presets/<env id>.json` if the package has one, else `atari` for Atari frames and `vector` for
    vector observations;
@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
-from .config import FIELD_TYPES, PRESET_FIELDS, Config, typed_values
+from .config import FIELD_TYPES, PRESET_FIELDS, RENAMED, Config, typed_values
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 META_KEYS = {"base", "about"}
@@ -82,6 +83,7 @@ def _read_json(path: Path, where: str) -> tuple[dict[str, Any], list[str]]:
 
 def load_preset(name: str, _seen: tuple[str, ...] = ()) -> tuple[dict[str, Any], list[str]]:
     """The settings of preset `name` with its bases applied (base first)."""
+    name = RENAMED.get(name, name)
     path = PRESET_DIR / f"{name}.json"
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or not path.is_file():
         return {}, [f"--preset {name}: no such preset (available: auto, {', '.join(available())})"]
@@ -119,6 +121,11 @@ def resolve(given: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     name = given.get("preset", from_file.get("preset", "auto"))
     if name == "auto":
         name = auto_preset(env if isinstance(env, str) else Config.env)
+    for flag, value in (("--preset", name), ("--frame", given.get("frame", from_file.get("frame")))):
+        if value in RENAMED:
+            print(f"note: {flag} {value} is called {RENAMED[value]} now (the reference, universe-starter-agent, "
+                  "apart from --seed); the old name still works", file=sys.stderr)
+    name = RENAMED.get(name, name)
     preset_values, preset_errors = load_preset(name)
     errors += preset_errors
     return {**preset_values, **from_file, **given, "preset": name}, errors

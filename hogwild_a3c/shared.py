@@ -78,7 +78,7 @@ def new_adam_state(model: nn.Module) -> dict[str, Any]:
 
 class SharedAdam:
     """Adam over `params` whose statistics live in the given (shared) tensors: per worker for
-    `--optimizer adam` (the seed: each worker has its own Adam), one for all for
+    `--optimizer adam` (universe: each worker has its own Adam), one for all for
     `--optimizer shared-adam`.
 
     The update is torch's fused CPU Adam kernel (one pass per tensor: 0.7 ms against 1.9 ms for

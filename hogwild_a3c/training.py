@@ -22,8 +22,9 @@ import torch
 
 from .checkpoint import CheckpointError, Progress, check_training_payload, load_latest, restore_training
 from .config import Config, build_parser
-from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env
+from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env, env_options
 from .files import WriteError, remove_stale_temp_files
+from .logs import last_time_s
 from .model import build_model
 from .nodes import Node
 from .process import flush_denormals
@@ -67,7 +68,7 @@ class Prepared:
 
 def _describe(cfg: Config) -> EnvInfo:
     try:
-        info = describe_env(cfg.env, cfg.env_kwargs, frame=cfg.frame)
+        info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
     except EnvSpecError as exc:
         raise ConfigError([str(exc)]) from None
     problem = check_spawnable(cfg.env, cfg.start_method) if cfg.num_workers else None
@@ -182,7 +183,10 @@ def prepare(argv: list[str]) -> Prepared:
 def prepare_given(args: dict[str, Any], resume_dir: str | None = None) -> Prepared:
     """`prepare` for settings already typed as `Config`'s fields, the ones the user gave (from
     the command line or from Python); what is not given comes from the preset or the defaults."""
-    node = Node.from_env()
+    try:
+        node = Node.from_env()
+    except ValueError as exc:
+        raise ConfigError([str(exc)]) from None
     if node is not None:
         prepared = _prepare_node(node, resume_dir, args)
     else:
@@ -215,6 +219,11 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
         before, session = Progress(counters={}), len((prepared.meta or {}).get("sessions", []))
     node = prepared.node
     if node is not None:
+        # A node's global step never goes back (the sync takes the most progress), so neither
+        # does its clock: a node that comes back goes on from its last progress row, not from 0
+        # or from an older checkpoint.
+        before.elapsed_s = max(before.elapsed_s, last_time_s(run_dir / "progress.csv"))
+    if node is not None:
         from .syncer import SyncStatus  # torch.distributed loads here, in multi-node runs only
 
         shared.sync = SyncStatus.create()
@@ -229,7 +238,8 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
         print(f"run ended: failed: {exc} (nothing trained, exit {EXIT_FAILED})", file=sys.stderr)
         prepared.ended, prepared.global_step_end = f"failed: {exc}", shared.global_step()
         return EXIT_FAILED
-    policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
+    policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log,
+                        under_torchrun=node is not None)
     loop = RunLoop(cfg, run_dir, shared, recorder, policy, before, session)
     for dead in dead_sessions:
         recorder.log(f"session {dead.get('session')} (pid {dead.get('pid')}) has no clean end in meta.json: recorded "

@@ -23,7 +23,10 @@ by the running std of the discounted return (as SB3's VecNormalize does), so the
 have a scale near 1 whatever the env's reward scale; episode returns are logged unscaled.
 
 A rollout may cross an episode end: that environment's column is cut there (its own bootstrap)
-and its LSTM state zeroed for the next step, in acting and in replay alike. The per-step Python
+and its LSTM state zeroed for the next step, in acting and in replay alike. With `--life-loss`
+a lost Atari life cuts the column too (bootstrap 0), but the LSTM state and the game go on.
+`--clip-reward` clips the rollout's rewards once it is collected, after the episode returns
+took the raw ones. The per-step Python
 work is the env step and a few array writes; everything else happens once per rollout.
 """
 from __future__ import annotations
@@ -39,7 +42,7 @@ import torch
 
 from .algo import a3c_loss, rollout_targets
 from .config import Config
-from .envs import EnvInfo, make_env
+from .envs import EnvInfo, env_options, make_env
 from .model import State, build_model, sample_actions
 from .shared import WorkerLink
 
@@ -111,7 +114,7 @@ class Worker:
     def _start_env(self, k: int) -> None:
         """(Re)create env k if needed, reset it and its LSTM state."""
         if self.envs[k] is None:
-            self.envs[k] = make_env(self.cfg.env, self.cfg.env_kwargs, frame=self.cfg.frame)
+            self.envs[k] = make_env(self.cfg.env, self.cfg.env_kwargs, **env_options(self.cfg))
             self.envs[k].action_space.seed(self.seed + k)
             obs, _ = self.envs[k].reset(seed=self.seed * 1000 + k)
         else:
@@ -174,12 +177,14 @@ class Worker:
             self._recover_env(err.env_index, err.cause)
             return None
         self.env_errors_in_a_row = 0
+        if self.cfg.clip_reward:  # after the episode returns took the raw rewards
+            np.clip(rollout.rewards, -1.0, 1.0, out=rollout.rewards)
         self._update_statistics(rollout)
         return rollout
 
     @torch.no_grad()
     def _act(self, rollout: Rollout) -> None:
-        model, envs = self.model, self.envs
+        model, envs, life_loss = self.model, self.envs, self.cfg.life_loss
         for t in range(self.cfg.rollout_steps):
             rollout.obs[t] = self.obs
             logits, value, self.state = model.step(torch.from_numpy(self.obs), self.state)
@@ -188,7 +193,7 @@ class Worker:
             rollout.values[t] = value.numpy()
             for k, env in enumerate(envs):
                 try:
-                    obs, reward, terminated, truncated, _ = env.step(int(actions[k]))
+                    obs, reward, terminated, truncated, info = env.step(int(actions[k]))
                 except Exception as exc:  # noqa: BLE001 - any env failure is recoverable here
                     raise _EnvStepError(k, exc) from exc
                 rollout.rewards[t, k] = reward
@@ -196,8 +201,13 @@ class Worker:
                 self.episode_length[k] += 1
                 if terminated or truncated:
                     self._end_episode(rollout, t, k, obs, terminated)
-                else:
-                    self.obs[k] = obs
+                    continue
+                if life_loss and info.get("life_lost"):
+                    # The end of a stretch for the targets only: the game, the LSTM state and
+                    # the episode's return go on.
+                    rollout.dones[t, k] = True
+                    rollout.done_values[t, k] = 0.0
+                self.obs[k] = obs
         _, last_values, _ = model.step(torch.from_numpy(self.obs), self.state)
         rollout.last_values[:] = last_values.numpy()
 
@@ -220,7 +230,7 @@ class Worker:
 
     def _update_statistics(self, rollout: Rollout) -> None:
         """Fold this rollout into the shared running statistics and scale its rewards with the
-        local (pulled) ones. Nothing to do for the seed's model, which has none."""
+        local (pulled) ones. Nothing to do for universe's model, which has none."""
         local = self.model
         if local.obs_norm is None and local.return_norm is None:
             return

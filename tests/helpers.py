@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 # The smallest CartPole runs the tests train: a 16-unit LSTM, no progress bar. CARTPOLE is the
 # seed's algorithm with progress rows twice a second, which the fault tests wait on.
 TINY = ["--env", "CartPole-v1", "--lstm-size", "16", "--no-progress", "--progress-interval", "1"]
-CARTPOLE = ["--env", "CartPole-v1", "--preset", "seed", "--lstm-size", "16", "--no-progress",
+CARTPOLE = ["--env", "CartPole-v1", "--preset", "universe", "--lstm-size", "16", "--no-progress",
             "--progress-interval", "0.5"]
 
 

@@ -1,4 +1,4 @@
-"""The seed's frames on real Atari screens: `frame="seed"` against a slow, literal transcription
+"""Universe's frames on real Atari screens: `frame="universe"` against a slow, literal transcription
 of `_process_frame42` (crop, resize each RGB channel 160 -> 80 -> 42, mean of the channels,
 1/255), and `frame="fast"` against the same resize of ALE's own greyscale screen."""
 import numpy as np
@@ -9,7 +9,7 @@ from tests.helpers import slow_linear_resize
 
 
 def slow_process_frame42(rgb: np.ndarray) -> np.ndarray:
-    """The seed's order of operations, one channel at a time, in float64."""
+    """Universe's order of operations, one channel at a time, in float64."""
     cropped = rgb[34:194, :160].astype(np.float64)
     channels = [slow_linear_resize(slow_linear_resize(cropped[:, :, c], 80, 80), 42, 42) for c in range(3)]
     return np.mean(channels, axis=0) / 255.0
@@ -32,7 +32,7 @@ def play(env, steps: int = 60):
 def frames():
     """(observation, raw screen) after the same play, for both frame modes."""
     out = {}
-    for mode in ("seed", "fast"):
+    for mode in ("universe", "fast"):
         env = make_env("ALE/Pong-v5", {"repeat_action_probability": 0.0}, frame=mode)
         obs = play(env)
         ale = env.unwrapped.ale
@@ -42,7 +42,7 @@ def frames():
 
 
 def test_seed_frames_are_the_rgb_channel_mean_of_a_real_pong_screen(frames):
-    obs, rgb, _ = frames["seed"]
+    obs, rgb, _ = frames["universe"]
     assert rgb.shape == (210, 160, 3) and len(np.unique(rgb.reshape(-1, 3), axis=0)) >= 3  # a real colour picture
     assert obs.shape == (1, 42, 42) and obs.dtype == np.float32
     np.testing.assert_allclose(obs[0], slow_process_frame42(rgb), atol=2e-6)
@@ -54,28 +54,34 @@ def test_fast_frames_are_ales_greyscale_resized_the_same_way(frames):
 
 
 def test_the_two_modes_see_the_same_screen_in_different_greys(frames):
-    seed_obs, seed_rgb, _ = frames["seed"]
+    seed_obs, seed_rgb, _ = frames["universe"]
     fast_obs, fast_rgb, _ = frames["fast"]
     assert np.array_equal(seed_rgb, fast_rgb)  # same emulator state: only the grey conversion differs
     difference = np.abs(seed_obs - fast_obs).max()
     assert 5 / 255 < difference < 40 / 255, difference * 255
 
 
-def test_obs_type_rgb_in_env_kwargs_is_the_seed_mode_and_conflicts_are_refused():
+def test_obs_type_rgb_in_env_kwargs_is_the_universe_mode_and_conflicts_are_refused():
     env = make_env("ALE/Pong-v5", {"repeat_action_probability": 0.0, "obs_type": "rgb"})
     by_kwarg = play(env)
     env.close()
-    env = make_env("ALE/Pong-v5", {"repeat_action_probability": 0.0}, frame="seed")
+    env = make_env("ALE/Pong-v5", {"repeat_action_probability": 0.0}, frame="universe")
     by_mode = play(env)
     env.close()
     np.testing.assert_array_equal(by_kwarg, by_mode)
-    with pytest.raises(EnvSpecError, match="--frame seed needs RGB"):
-        make_env("ALE/Pong-v5", {"obs_type": "grayscale"}, frame="seed")
-    with pytest.raises(EnvSpecError, match="--frame must be one of fast, seed"):
+    with pytest.raises(EnvSpecError, match="--frame universe needs RGB"):
+        make_env("ALE/Pong-v5", {"obs_type": "grayscale"}, frame="universe")
+    with pytest.raises(EnvSpecError, match="--frame must be one of fast, universe"):
         describe_env("ALE/Pong-v5", frame="colour")
     with pytest.raises(EnvSpecError, match="obs_type='ram'"):
         describe_env("ALE/Pong-v5", {"obs_type": "ram"})
 
 
 def test_frame_mode_is_ignored_by_envs_without_frames():
-    assert describe_env("CartPole-v1", frame="seed").obs_shape == (4,)
+    assert describe_env("CartPole-v1", frame="universe").obs_shape == (4,)
+
+
+def test_the_old_name_of_universes_frames_still_works():
+    old, new = make_env("ALE/Pong-v5", {"repeat_action_probability": 0.0}, frame="seed"), \
+        make_env("ALE/Pong-v5", {"repeat_action_probability": 0.0}, frame="universe")
+    np.testing.assert_array_equal(old.reset(seed=0)[0], new.reset(seed=0)[0])

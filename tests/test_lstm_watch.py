@@ -16,7 +16,7 @@ from hogwild_a3c.model import build_model
 from tests.helpers import FixedLink
 
 EPISODE = 120  # Counting-v0 steps per episode: long enough for a dead cell to pass DEAD_CELL
-COUNTING = ["--env", "tests.envs:Counting-v0", "--env-kwargs", f"length={EPISODE}", "--preset", "seed",
+COUNTING = ["--env", "tests.envs:Counting-v0", "--env-kwargs", f"length={EPISODE}", "--preset", "universe",
             "--lstm-size", "8", "--hidden-size", "16"]
 
 

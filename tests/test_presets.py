@@ -14,29 +14,39 @@ from hogwild_a3c.model import ActorCritic, RunningMoments
 from hogwild_a3c.presets import available, load_preset, resolve
 from hogwild_a3c.rundir import ConfigError, resolve_new
 
-SEED_VALUES = {name: getattr(Config(), name) for name in PRESET_FIELDS}
+UNIVERSE_VALUES = {name: getattr(Config(), name) for name in PRESET_FIELDS}
 
 
 def resolved(**given):
     return resolve_new({"num_workers": 1, **given})
 
 
-def test_atari_frames_get_the_seeds_model_and_loss_with_the_atari_batching():
+def test_atari_frames_get_universes_model_and_loss_with_the_atari_batching():
     cfg = resolved(env="ALE/Pong-v5")
     assert cfg.preset == "atari"
     tuned = {"envs_per_worker": 8, "rollout_steps": 10, "lr": 4e-4, "lstm_forget_bias": 0.0, "normalize_obs": True}
-    assert {name: getattr(cfg, name) for name in PRESET_FIELDS} == {**SEED_VALUES, **tuned}
+    assert {name: getattr(cfg, name) for name in PRESET_FIELDS} == {**UNIVERSE_VALUES, **tuned}
     assert resolved().preset == "atari"  # the default env is Pong
 
 
-def test_preset_seed_on_atari_is_the_seeds_algorithm_exactly():
-    cfg = resolved(env="ALE/Pong-v5", preset="seed")
-    assert {name: getattr(cfg, name) for name in PRESET_FIELDS} == SEED_VALUES
+def test_preset_universe_on_atari_is_universes_algorithm_exactly():
+    cfg = resolved(env="ALE/Pong-v5", preset="universe")
+    assert {name: getattr(cfg, name) for name in PRESET_FIELDS} == UNIVERSE_VALUES
 
 
-def test_the_seed_preset_file_says_what_the_defaults_are():
-    values, errors = load_preset("seed")
-    assert not errors and values == SEED_VALUES
+def test_the_universe_preset_file_says_what_the_defaults_are():
+    values, errors = load_preset("universe")
+    assert not errors and values == UNIVERSE_VALUES
+
+
+def test_the_old_name_seed_still_gives_universes_preset_with_a_note(capsys):
+    cfg = resolved(env="CartPole-v1", preset="seed", frame="seed")
+    assert (cfg.preset, cfg.frame) == ("universe", "universe")
+    assert {name: getattr(cfg, name) for name in PRESET_FIELDS} == UNIVERSE_VALUES
+    err = capsys.readouterr().err
+    assert "note: --preset seed is called universe now" in err and "note: --frame seed is called universe" in err
+    # a run saved under the old names loads as the new ones, so resume compares like with like
+    assert Config(preset="seed", frame="seed").to_dict()["preset"] == "universe"
 
 
 @pytest.mark.parametrize("env", ["CartPole-v1", "Acrobot-v1", "tests.envs:Counting-v0"])
@@ -48,9 +58,9 @@ def test_vector_observations_get_the_vector_preset(env):
     assert all(getattr(cfg, k) == v for k, v in vector.items()) or cfg.preset == env
 
 
-def test_preset_seed_gives_the_seeds_algorithm_on_any_env():
-    cfg = resolved(env="CartPole-v1", preset="seed")
-    assert {name: getattr(cfg, name) for name in PRESET_FIELDS} == SEED_VALUES
+def test_preset_universe_gives_universes_algorithm_on_any_env():
+    cfg = resolved(env="CartPole-v1", preset="universe")
+    assert {name: getattr(cfg, name) for name in PRESET_FIELDS} == UNIVERSE_VALUES
 
 
 def test_config_file_overrides_the_preset_and_flags_override_the_file(tmp_path):
@@ -63,7 +73,7 @@ def test_config_file_overrides_the_preset_and_flags_override_the_file(tmp_path):
 
 
 def test_every_preset_file_loads():
-    assert {"atari", "seed", "vector"} <= set(available())
+    assert {"atari", "universe", "vector"} <= set(available())
     for name in available():
         values, errors = load_preset(name)
         assert not errors, errors
@@ -194,6 +204,6 @@ def test_a_config_file_gets_every_fields_choices_checked(tmp_path):
         errors = exc.errors
     else:
         raise AssertionError("accepted")
-    assert "--frame must be fast or seed (got 'sepia')" in errors
+    assert "--frame must be fast, universe or seed (got 'sepia')" in errors
     assert "--sync-mode must be sum or avg (got 'max')" in errors
     assert "--core must be lstm or mlp (got 'gru')" in errors

@@ -1,0 +1,194 @@
+"""`make bench-atari`: Atari games beyond Pong with the default flags, each game for a budget of
+agent steps (2.5M = 10M frames by default), then SB3 PPO with rl-zoo's Atari settings on the
+same game for the same wall time (experiments/sb3_ppo_atari.py), one run after another so each
+has the whole machine.
+
+The games are `ALE/<Game>-v5` as Gymnasium makes them: sticky actions 0.25, whole games,
+evaluation under the same settings. Only `--env` and `--seed` reach the trainer besides the
+harness (budget, run dir, no progress bar). Per game: the mean of the last 100 training episodes
+(both agents), the best and last evaluation means (ours: 5 episodes a minute in its own
+process, part of the wall time), minutes, steps/s, and the human-normalized score
+`(score - random) / (human - random)` with the DQN Nature paper's random and human scores; at
+the end the median of those over the games, and one figure with a panel per game.
+
+`GAMES="Breakout Qbert"` and `SEEDS="0 1"` choose (a session can run a few games; the report
+reads every finished run under experiments/runs/atari/ of the same name); `--extra-flags` tries
+a variant (`--out NAME` keeps its table apart); `--no-reference` skips PPO.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from benchlib import EXPERIMENTS, RESULTS, RUNS, header, load_config, markdown_table, run_trainer
+
+WINDOW = 100  # training episodes in the final mean, as the Atari literature reports
+
+
+def main():
+    config = load_config("atari")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--games", nargs="+", default=os.environ.get("GAMES", "").split() or config["default_games"])
+    parser.add_argument("--seeds", type=int, nargs="+",
+                        default=[int(s) for s in os.environ.get("SEEDS", "").split()] or config["seeds"])
+    parser.add_argument("--steps", type=int, default=config["steps"], help="agent steps per game (4 frames each)")
+    parser.add_argument("--extra-flags", default="", help="trainer flags for every run (a variant, not the default)")
+    parser.add_argument("--no-reference", action="store_true", help="do not run SB3 PPO")
+    parser.add_argument("--report-only", action="store_true", help="only rewrite the result files from finished runs")
+    parser.add_argument("--out", default=None, help="results file stem (default: atari, or atari-variant with "
+                                                     "--extra-flags)")
+    args = parser.parse_args()
+    unknown = [g for g in args.games if g not in config["games"]]
+    if unknown:
+        parser.error(f"GAMES: no random/human scores for {', '.join(unknown)}; known: {', '.join(config['games'])}")
+    name = args.out or ("atari-variant" if args.extra_flags else "atari")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        parser.error(f"--out {name!r}: a file name of letters, digits, '.', '_' or '-'")
+    if not (args.no_reference or args.report_only):
+        try:
+            import cv2  # noqa: F401
+            import stable_baselines3  # noqa: F401
+        except ImportError:
+            raise SystemExit("error: the reference needs SB3 and OpenCV: pip install -e '.[bench]' "
+                             "(make bench-atari does it), or give --no-reference") from None
+    root = RUNS / "atari" / name
+    if not args.report_only:
+        for game in args.games:
+            for seed in args.seeds:
+                run_game(game, seed, args, root)
+    report(root, config, name, args)
+
+
+def run_game(game: str, seed: int, args, root: Path) -> None:
+    env_id = f"ALE/{game}-v5"
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run_dir = root / f"{stamp}-{game}-s{seed}"
+    code = run_trainer(["--env", env_id, *shlex.split(args.extra_flags), "--seed", seed, "--max-steps", args.steps,
+                        "--no-progress", "--run-dir", run_dir])
+    if code != 0 or not (run_dir / "progress.csv").is_file():
+        print(f"{game} seed {seed}: the trainer failed (exit {code}); see {run_dir}", flush=True)
+        return
+    if args.no_reference:
+        return
+    budget = float(pd.read_csv(run_dir / "progress.csv")["time_s"].iloc[-1])
+    out = root / f"{stamp}-{game}-s{seed}-ppo"
+    out.mkdir(parents=True)
+    command = [sys.executable, str(EXPERIMENTS / "sb3_ppo_atari.py"), env_id, str(seed), str(budget),
+               str(out / "episodes.csv")]
+    print(f"$ sb3_ppo_atari.py {env_id} {seed} {budget:.0f}", flush=True)
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"{game} seed {seed}: SB3 PPO failed:\n{proc.stderr[-2000:]}", flush=True)
+        return
+    (out / "result.json").write_text(proc.stdout.strip().splitlines()[-1] + "\n")
+
+
+def normalized(score: float, game: str, config: dict) -> float:
+    random, human = config["games"][game]["random"], config["games"][game]["human"]
+    return (score - random) / (human - random)
+
+
+def ours_row(run_dir: Path, game: str, config: dict) -> dict:
+    episodes = pd.read_csv(run_dir / "episodes.csv")
+    progress = pd.read_csv(run_dir / "progress.csv")
+    evals = pd.read_csv(run_dir / "eval.csv") if (run_dir / "eval.csv").is_file() else pd.DataFrame()
+    per_eval = (evals.groupby("global_step")["episode_return"].mean() if len(evals) else pd.Series(dtype=float))
+    final = float(episodes["episode_return"].tail(WINDOW).mean())
+    seconds = float(progress["time_s"].iloc[-1])
+    steps = int(progress["global_step"].iloc[-1])
+    return {"game": game, "agent": "hogwild_a3c", "seed": int(run_dir.name.rsplit("-s", 1)[1]), "steps": steps,
+            "minutes": seconds / 60, "steps_per_s": steps / seconds, f"train_mean_{WINDOW}": final,
+            "best_eval": float(per_eval.max()) if len(per_eval) else float("nan"),
+            "last_eval": float(per_eval.iloc[-1]) if len(per_eval) else float("nan"),
+            "human_normalized": normalized(final, game, config)}
+
+
+def ppo_row(out: Path, game: str, config: dict) -> dict | None:
+    if not (out / "result.json").is_file():
+        return None
+    result = json.loads((out / "result.json").read_text())
+    episodes = pd.read_csv(out / "episodes.csv")
+    final = float(episodes["episode_return"].tail(WINDOW).mean()) if len(episodes) else float("nan")
+    return {"game": game, "agent": "SB3 PPO (rl-zoo)", "seed": int(out.name.rsplit("-s", 1)[1].split("-")[0]),
+            "steps": result["steps"], "minutes": result["time_s"] / 60,
+            "steps_per_s": result["steps"] / result["time_s"],
+            f"train_mean_{WINDOW}": final, "best_eval": "-", "last_eval": "-",
+            "human_normalized": normalized(final, game, config)}
+
+
+def curve(episodes: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    mean = episodes["episode_return"].rolling(WINDOW, min_periods=10).mean()
+    return episodes["time_s"] / 60, mean
+
+
+def report(root: Path, config: dict, name: str, args) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, panels = [], {}
+    for run_dir in sorted(p for p in root.glob("*-s*") if (p / "progress.csv").is_file()):
+        game = run_dir.name.split("-")[2]
+        if game not in args.games and not args.report_only:
+            continue
+        rows.append(ours_row(run_dir, game, config))
+        panels.setdefault(game, []).append(("hogwild_a3c", pd.read_csv(run_dir / "episodes.csv"), "C0"))
+        ppo = ppo_row(run_dir.with_name(run_dir.name + "-ppo"), game, config)
+        if ppo is not None:
+            rows.append(ppo)
+            panels[game].append(("SB3 PPO", pd.read_csv(run_dir.with_name(run_dir.name + "-ppo") / "episodes.csv"),
+                                 "C1"))
+    if not rows:
+        raise SystemExit(f"error: no finished run under {root}")
+    for row in rows:
+        row["A3C paper (16 cores, 1 day)"] = config["games"][row["game"]]["a3c_ff_1_day"]
+    summary = []
+    for agent in dict.fromkeys(r["agent"] for r in rows):
+        scores = [r["human_normalized"] for r in rows if r["agent"] == agent]
+        summary.append({"agent": agent, "games": len({r["game"] for r in rows if r["agent"] == agent}),
+                        "median_human_normalized": statistics.median(scores),
+                        "games_above_0.1": sum(s > 0.1 for s in scores)})
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    for axis, (game, lines) in zip(axes[0], panels.items()):
+        for label, episodes, colour in lines:
+            minutes, mean = curve(episodes)
+            axis.plot(minutes, mean, color=colour, label=label, alpha=0.9)
+        axis.set_title(game)
+        axis.set_xlabel("minutes")
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel(f"mean of the last {WINDOW} training episodes")
+    axes[0][0].legend()
+    figure.tight_layout()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    figure.savefig(RESULTS / f"{name}.png", dpi=110)
+    command = "make bench-atari" + (f" ARGS='--extra-flags \"{args.extra_flags}\" --out {name}'"
+                                    if args.extra_flags else "")
+    text = header("Atari beyond Pong, default flags, against SB3 PPO at equal wall time"
+                  if not args.extra_flags else f"Atari, variant: {args.extra_flags}", command, {
+                      "games": "ALE/<Game>-v5: sticky actions 0.25, whole games, evaluation the same",
+                      "trainer flags": f"--env ALE/<Game>-v5 --seed S {args.extra_flags}".strip()
+                                       + f" (harness: --max-steps {args.steps} --no-progress --run-dir DIR)",
+                      "reference": "SB3 PPO with rl-zoo's Atari settings for our run's wall time "
+                                   "(experiments/sb3_ppo_atari.py), run after ours on the same machine",
+                      "human_normalized": "(train_mean - random) / (human - random), DQN Nature paper's scores",
+                  })
+    text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table(summary, list(summary[0]))
+    text += f"\n![Atari curves]({name}.png)\n"
+    (RESULTS / f"{name}.md").write_text(text)
+    pd.DataFrame(rows).to_csv(RESULTS / f"{name}.csv", index=False)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
