@@ -25,9 +25,10 @@ def last_time_s(path: str | os.PathLike) -> float:
     try:
         with open(path, "rb") as handle:
             handle.seek(max(0, os.path.getsize(path) - 4096))
-            lines = handle.read().decode(errors="replace").splitlines()
+            text = handle.read().decode(errors="replace")
     except OSError:
         return 0.0
+    lines = text[: text.rfind("\n") + 1].splitlines()  # a last line without its newline was cut by a kill
     for line in reversed(lines[1:] if len(lines) > 1 else []):
         try:
             return max(0.0, float(line.split(",", 1)[0]))

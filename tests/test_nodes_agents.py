@@ -69,7 +69,8 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start_machine(host: str, port: int, run_dir: Path, steps: int, log: Path) -> subprocess.Popen:
+def start_machine(host: str, port: int, run_dir: Path, steps: int, log: Path, extra: tuple[str, ...] = ()
+                  ) -> subprocess.Popen:
     """One machine: a torchrun agent in its own session (so the whole machine can be killed at
     once) and its own UTS namespace. last_call_timeout=2: after a loss the survivor's agent waits
     2 s for others before it restarts alone, not torchrun's default 30 s."""
@@ -77,7 +78,7 @@ def start_machine(host: str, port: int, run_dir: Path, steps: int, log: Path) ->
              "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--local-addr=127.0.0.1", "--rdzv-id=machines",
              "--rdzv-conf=last_call_timeout=2", "-m", "hogwild_a3c.train", "--env", "CartPole-v1", "--lstm-size", "16",
              "--num-workers", "1", "--max-steps", str(steps), "--sync-interval", "0.5", "--eval-episodes", "1",
-             "--eval-interval", "5", "--progress-interval", "0.5", "--no-progress", "--run-dir", str(run_dir)]
+             "--eval-interval", "5", "--progress-interval", "0.5", "--no-progress", "--run-dir", str(run_dir), *extra]
     script = f"hostname {host} && exec {' '.join(agent)}"
     return subprocess.Popen(["unshare", "--uts", "bash", "-c", script], cwd=REPO, env=ENV, stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, start_new_session=True)
@@ -196,3 +197,47 @@ def test_a_signal_to_one_machines_trainer_stops_every_machine_cleanly(tmp_path, 
         assert node_sessions[0]["exit_code"] == 0 and not node_sessions[0]["ended"].startswith("failed")
     assert sessions(b_dir)[0]["ended"] == f"interrupted ({name})"
     assert sessions(a_dir)[0]["ended"].startswith("stopped with the other nodes")
+
+
+def signal_machine(pid: int, signum: int) -> None:
+    for each in _descendants(pid):
+        try:
+            os.kill(each, signum)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.timeout(420)
+def test_a_frozen_machine_leaves_the_survivor_training_and_rejoins_when_it_wakes(tmp_path):
+    """SIGSTOP on machine b's whole tree (a hung host: its sockets stay open, so only the sync
+    timeout, 10 s here, tells the survivor); then SIGCONT: b finds its group gone, restarts, rejoins."""
+    run_dir, port = tmp_path / "run", _free_port()
+    a_dir, b_dir = run_dir / "nodes" / "machine-a-0", run_dir / "nodes" / "machine-b-0"
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    steps, extra = 1_500_000, ("--sync-timeout", "10")
+    a = start_machine("machine-a", port, run_dir, steps, logs[0], extra)
+    wait_for(lambda: _listening(port), 60, "machine a's rendezvous store", logs)
+    b = start_machine("machine-b", port, run_dir, steps, logs[1], extra)
+    try:
+        wait_for(lambda: all((d / "train.log").is_file() and "of 2) synced" in (d / "train.log").read_text()
+                             for d in (a_dir, b_dir)), 120, "both machines to train together", logs)
+        wait_for(lambda: rows(b_dir / "progress.csv") >= 2, 60, "machine b's progress rows", logs)
+        signal_machine(b.pid, signal.SIGSTOP)
+        frozen, rows_before = time.monotonic(), rows(a_dir / "progress.csv")
+        wait_for(lambda: "(rank 0 of 1) synced" in (a_dir / "train.log").read_text(), 150,
+                 "the survivor to go on alone", logs)
+        wait_for(lambda: rows(a_dir / "progress.csv") >= rows_before + 2, 60, "the survivor's progress alone", logs)
+        print(f"SIGSTOP -> survivor training alone: {time.monotonic() - frozen:.1f} s")
+        signal_machine(b.pid, signal.SIGCONT)
+        assert a.wait(timeout=300) == 0, logs[0].read_text()[-3000:]
+        assert b.wait(timeout=120) == 0, logs[1].read_text()[-3000:]
+    finally:
+        for agent in (a, b):
+            if agent.poll() is None:
+                signal_machine(agent.pid, signal.SIGCONT)
+                kill_machine(agent.pid)
+    a_sessions, b_sessions = sessions(a_dir), sessions(b_dir)
+    assert any(s.get("node", {}).get("world_size") == 1 for s in a_sessions)  # it trained alone
+    assert a_sessions[-1]["node"]["world_size"] == 2 and b_sessions[-1]["node"]["world_size"] == 2  # b rejoined
+    for node_sessions in (a_sessions, b_sessions):
+        assert node_sessions[-1]["exit_code"] == 0 and node_sessions[-1]["global_step_end"] >= steps

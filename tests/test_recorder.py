@@ -51,3 +51,14 @@ def test_a_foreign_csv_stops_the_recorder_before_it_writes_anything(tmp_path):
     with pytest.raises(CsvSchemaError):
         Recorder(tmp_path, Config(env="CartPole-v1", num_workers=1), None, [], session=0, global_step=0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["progress.csv"]
+
+
+def test_last_time_s_reads_the_last_complete_row(tmp_path):
+    from hogwild_a3c.logs import last_time_s
+
+    path = tmp_path / "progress.csv"
+    assert last_time_s(path) == 0.0  # no file: a clock that starts at 0
+    path.write_text("time_s,global_step\n")
+    assert last_time_s(path) == 0.0
+    path.write_text("time_s,global_step\n" + "".join(f"{t}.5,{t * 100}\n" for t in range(2000)) + "19")
+    assert last_time_s(path) == 1999.5  # a row cut by a kill ("19") is skipped, as resume cuts it
