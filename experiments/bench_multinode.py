@@ -100,8 +100,8 @@ def main() -> None:
         return learning(args, {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
     # --preset universe (K=1): the layout comparison recorded in
     # experiments/results/multinode/2026-11-30-pong-throughput.md was made with it.
-    common = ["--env", config["env"], "--preset", "universe", "--env-kwargs", *config["env_kwargs"], "--eval-episodes", "0",
-              "--max-seconds", str(args.seconds), "--progress-interval", "1", "--no-progress"]
+    common = ["--env", config["env"], "--preset", "universe", "--env-kwargs", *config["env_kwargs"],
+              "--eval-episodes", "0", "--max-seconds", str(args.seconds), "--progress-interval", "1", "--no-progress"]
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     rows = []
     for repeat in range(args.repeats):

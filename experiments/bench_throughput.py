@@ -109,8 +109,8 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False, preset="universe",
-                    rollout_steps=None):
+def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False,
+                    preset="universe", rollout_steps=None):
     run_dir = RUNS / "throughput" / f"{tag}-w{workers}-k{envs}-{int(time.time() * 1000)}"
     args = ["--env", env_id, "--preset", preset, "--num-workers", workers, "--envs-per-worker", envs, "--no-progress",
             "--progress-interval", 1, "--max-seconds", seconds + warmup + 15, "--run-dir", run_dir]
