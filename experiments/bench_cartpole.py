@@ -1,6 +1,6 @@
 """`make bench-cartpole`: time and agent steps to a mean evaluation return of 475 on CartPole-v1,
 over the seeds in experiments/configs/cartpole.json; median, min and max.
-Writes experiments/results/cartpole.{csv,md} and a curve PNG."""
+Writes experiments/results/cartpole/cartpole.{csv,md} and a curve PNG."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,7 @@ import time
 
 import pandas as pd
 
-from benchlib import RESULTS, RUNS, header, load_config, markdown_table, run_trainer
+from benchlib import RUNS, header, load_config, markdown_table, results_dir, run_trainer
 
 
 def main():
@@ -39,8 +39,8 @@ def main():
                                 if len(evals) else float("nan")),
             "run_dir": run_dir.relative_to(RUNS.parent.parent),
         })
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS / "cartpole.csv", "w", newline="") as f:
+    out_dir = results_dir("cartpole")
+    with open(out_dir / "cartpole.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -53,7 +53,7 @@ def main():
                             "max": max(values)})
     from hogwild_a3c.plot import plot_runs
 
-    plot_runs(run_dirs, RESULTS / "cartpole.png", "CartPole-v1, 3 seeds: evaluation return")
+    plot_runs(run_dirs, out_dir / "cartpole.png", "CartPole-v1, 3 seeds: evaluation return")
     text = header("CartPole-v1 to a mean evaluation return of 475", "make bench-cartpole",
                   {"flags": " ".join(config["flags"]), "seeds": args.seeds,
                    "budget": f"{args.max_seconds:g} s per seed",
@@ -62,7 +62,7 @@ def main():
     if summary:
         text += "\n" + markdown_table(summary, ["measure", "median", "min", "max"])
     text += "\n![curves](cartpole.png)\n"
-    (RESULTS / "cartpole.md").write_text(text)
+    (out_dir / "cartpole.md").write_text(text)
     print(text)
 
 

@@ -9,7 +9,7 @@ launch of the process (Python and torch imports included). The trainer is stoppe
 once its episodes.csv shows the threshold; SB3 stops itself (experiments/sb3_a2c.py).
 `load1` is the machine's 1-minute load average when the run started (the machine is shared).
 Envs and settings: experiments/configs/classic.json. An env whose package is missing (Box2D
-for LunarLander) is skipped with a note. Writes experiments/results/classic.{md,csv}.
+for LunarLander) is skipped with a note. Writes experiments/results/classic/classic.{md,csv}.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from benchlib import EXPERIMENTS, RESULTS, RUNS, header, load_config, markdown_table
+from benchlib import EXPERIMENTS, RUNS, header, load_config, markdown_table, results_dir
 
 
 def first_reach(episodes: pd.DataFrame, target: float, window: int):
@@ -103,7 +103,7 @@ def main():
     parser.add_argument("--envs", nargs="*", default=[e["env"] for e in config["envs"]])
     parser.add_argument("--flags", default="",
                         help="extra trainer flags (default none: the point is that none are needed)")
-    parser.add_argument("--out", default="classic", help="results file stem under experiments/results/")
+    parser.add_argument("--out", default="classic", help="results file stem under experiments/results/classic/")
     args = parser.parse_args()
     try:
         import stable_baselines3  # noqa: F401
@@ -141,13 +141,13 @@ def main():
 
 
 def render(rows: list[dict], notes: list[str], config: dict, seeds: list[int], flags: str, out: str) -> str:
-    """Write experiments/results/<out>.{csv,md} from the runs so far (called after every run, so
+    """Write experiments/results/classic/<out>.{csv,md} from the runs so far (called after every run, so
     an interrupted benchmark still leaves its table)."""
     window = int(config["window"])
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    out_dir = results_dir("classic")
     columns = ["env", "target", "agent", "seed", "reached", "time_s", "wall_s", "steps", "final_mean", "load1",
                "run_dir"]
-    with open(RESULTS / f"{out}.csv", "w", newline="") as f:
+    with open(out_dir / f"{out}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows({c: r[c] for c in columns} for r in rows)
@@ -183,7 +183,7 @@ def render(rows: list[dict], notes: list[str], config: dict, seeds: list[int], f
     text += "\n" + markdown_table(rows, columns) if rows else ""
     for note in notes:
         text += f"\n- {note}\n"
-    (RESULTS / f"{out}.md").write_text(text)
+    (out_dir / f"{out}.md").write_text(text)
     return text
 
 

@@ -2,7 +2,7 @@
 cost against ALE's greyscale (`frame="fast"`), per frame, on one thread like a worker, and how
 far apart the two greys are on real Pong screens.
 
-Writes experiments/results/frames.md.
+Writes experiments/results/frames/frames.md.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from benchlib import RESULTS, header, markdown_table  # noqa: E402
+from benchlib import header, markdown_table, results_dir  # noqa: E402
 from hogwild_a3c.envs import Universe42, _linear_resize_matrix, make_env  # noqa: E402
 
 PONG = {"repeat_action_probability": 0.0}
@@ -111,8 +111,7 @@ def main() -> int:
         f"- Rounding each resized channel to a whole level, as OpenCV's uint8 resize does, moves the seed "
         f"observation by at most {rounding_gap * 255:.2f}/255 (50 of the screens).\n"
     )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "frames.md").write_text(text)
+    (results_dir("frames") / "frames.md").write_text(text)
     print(text)
     return 0
 

@@ -5,11 +5,11 @@ nodes x 1 worker (torchrun on 127.0.0.1, one syncer per node), alternating, --re
 reports agent steps/s of each (from progress.csv after --warmup seconds) and their ratio, both
 measured in the same run on the same machine. The sync round's own time is measured by
 `experiments/bench_syncer.py`.
-Writes experiments/results/multinode.{md,csv}.
+Writes experiments/results/multinode/multinode.{md,csv}.
 
 `--learning`: instead, CartPole-v1 to a mean evaluation return of 195 under both layouts for
 seeds 0, 1, 2 (`--lr 1e-3 --lstm-size 64`, evaluation every 5 s), agent steps and seconds to
-the target per seed, written to experiments/results/multinode-cartpole.{md,csv}.
+the target per seed, written to experiments/results/multinode/multinode-cartpole.{md,csv}.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchlib import REPO, RESULTS, RUNS, header, load_config, markdown_table
+from benchlib import REPO, RUNS, header, load_config, markdown_table, results_dir
 
 
 def steps_per_s(progress_files: list[Path], warmup: float) -> float:
@@ -69,7 +69,8 @@ def learning(args: argparse.Namespace, env: dict) -> None:
             print(row, flush=True)
             rows.append(row)
             shutil.rmtree(run_dir, ignore_errors=True)
-    with open(RESULTS / "multinode-cartpole.csv", "w", newline="") as f:
+    out_dir = results_dir("multinode")
+    with open(out_dir / "multinode-cartpole.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -81,7 +82,7 @@ def learning(args: argparse.Namespace, env: dict) -> None:
                   "make bench-multinode ARGS='" + " ".join(sys.argv[1:]) + "'",
                   {"flags": "--lr 1e-3 --lstm-size 64 --eval-episodes 5 --eval-interval 5, seeds 0 1 2"})
     text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table(summary, list(summary[0]))
-    (RESULTS / "multinode-cartpole.md").write_text(text)
+    (out_dir / "multinode-cartpole.md").write_text(text)
     print(text)
 
 
@@ -97,9 +98,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.learning:
         return learning(args, {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
-    # --preset universe (K=1): the layout comparison recorded in multinode.md was made with it.
-    common = ["--env", config["env"], "--preset", "universe", "--env-kwargs", *config["env_kwargs"], "--eval-episodes", "0",
-              "--max-seconds", str(args.seconds), "--progress-interval", "1", "--no-progress"]
+    # --preset universe (K=1): the layout comparison recorded in
+    # experiments/results/multinode/2026-11-30-pong-throughput.md was made with it.
+    common = ["--env", config["env"], "--preset", "universe", "--env-kwargs", *config["env_kwargs"],
+              "--eval-episodes", "0", "--max-seconds", str(args.seconds), "--progress-interval", "1", "--no-progress"]
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     rows = []
     for repeat in range(args.repeats):
@@ -115,8 +117,8 @@ def main() -> None:
             shutil.rmtree(run_dir, ignore_errors=True)
     one = statistics.median(r["steps_per_s"] for r in rows if r["layout"] == "one node")
     many = statistics.median(r["steps_per_s"] for r in rows if r["layout"] == "nodes")
-    RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "multinode.csv", "w", newline="") as f:
+    out_dir = results_dir("multinode")
+    with open(out_dir / "multinode.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["repeat", "layout", "steps_per_s"])
         writer.writeheader()
         writer.writerows(rows)
@@ -127,7 +129,7 @@ def main() -> None:
                   {"env": f"{config['env']} {' '.join(config['env_kwargs'])}, no evaluator",
                    "per cell": f"median of {args.repeats} runs of {args.seconds:g} s, rate after {args.warmup:g} s"})
     text += "\n" + markdown_table(summary, ["layout", "steps_per_s", "ratio"])
-    (RESULTS / "multinode.md").write_text(text)
+    (out_dir / "multinode.md").write_text(text)
     print(text)
 
 

@@ -7,8 +7,8 @@ Only `--env` and `--env-kwargs repeat_action_probability=0.0` choose the algorit
 the command line is the harness (seed, target, budget, run dir). Evaluation runs as in any run
 (5 episodes every 60 s, in its own process) and its time is part of the wall time measured.
 Long: a target to run, not part of `make test`. `--report-only RUN_DIR...` rewrites the result
-files from finished runs; `--extra-flags` tries a variant (its results go to pong-variant.md, or
-to `--out NAME`.md so that one variant's table does not replace another's).
+files from finished runs. Results go to experiments/results/pong/: pong.md, or with `--extra-flags`
+(a variant) pong-variant.md, or `--out NAME`.md so that one variant's table does not replace another's.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchlib import RESULTS, RUNS, header, load_config, markdown_table, run_trainer
+from benchlib import RUNS, header, load_config, markdown_table, results_dir, run_trainer
 
 
 def main():
@@ -36,7 +36,7 @@ def main():
     parser.add_argument("--extra-flags", default="", help="flags added to every run (a variant, not the default)")
     parser.add_argument("--report-only", type=Path, nargs="+", metavar="RUN_DIR",
                         help="only write the result files for these runs")
-    parser.add_argument("--out", help="name of the result files under experiments/results "
+    parser.add_argument("--out", help="name of the result files under experiments/results/pong/ "
                                       "(default: pong, or pong-variant with --extra-flags)")
     args = parser.parse_args()
     if args.out is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.out):
@@ -110,8 +110,8 @@ def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, na
         "median_steps_per_s": statistics.median(r["median_steps_per_s"] for r in rows),
         "median_eval_share": statistics.median(r["eval_share_of_env_steps"] for r in rows),
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    plot_runs(run_dirs, RESULTS / f"{name}.png", "Pong (no sticky actions): evaluation return",
+    out_dir = results_dir("pong")
+    plot_runs(run_dirs, out_dir / f"{name}.png", "Pong (no sticky actions): evaluation return",
               labels=[r["run"] for r in rows])
     command = "make bench-pong" + (f" ARGS='--extra-flags \"{extra_flags}\" --out {name}'" if extra_flags else "")
     text = header("Pong to a mean evaluation return of +18, default flags" if not extra_flags else
@@ -124,7 +124,7 @@ def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, na
                                 "the rest of the command's wall time (imports, start-up, final checkpoint)"})
     text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table([summary], list(summary))
     text += f"\n![Pong curves]({name}.png)\n"
-    (RESULTS / f"{name}.md").write_text(text)
+    (out_dir / f"{name}.md").write_text(text)
     print(text)
 
 

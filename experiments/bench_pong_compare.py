@@ -10,7 +10,7 @@ comparison is of curves, not of numbers.
 
 A variant whose run directory already holds a finished run is not run again (`--rerun` forces it),
 so the variants can be run one at a time: `ARGS='--variants default'`.
-Writes experiments/results/pong_compare.{md,csv,png}.
+Writes experiments/results/pong-compare/pong_compare.{md,csv,png}.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from benchlib import REPO, RESULTS, RUNS, header, load_config, markdown_table, run_trainer
+from benchlib import REPO, RUNS, header, load_config, markdown_table, results_dir, run_trainer
 from hogwild_a3c.logs import load_run
 from hogwild_a3c.plot import eval_curve, plot_runs
 
@@ -106,12 +106,12 @@ def main():
         return
     rows = [summarise(name, variants[name], run_dir, config["report_at_steps"]) for name, run_dir in done]
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    plot_runs([d for _, d in done], RESULTS / "pong_compare.png",
+    out_dir = results_dir("pong-compare")
+    plot_runs([d for _, d in done], out_dir / "pong_compare.png",
               f"Pong, seed {config['seed']}, first {args.max_steps:,} steps: evaluation return (lines), "
               "training episodes (light)",
               labels=[name for name, _ in done])
-    with open(RESULTS / "pong_compare.csv", "w", newline="") as f:
+    with open(out_dir / "pong_compare.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -125,7 +125,7 @@ def main():
                    "train_Nk": "mean return of the last 50 training episodes (all workers) finished by step N",
                    "eval_Nk": "mean of the last evaluation (5 episodes) made by step N"})
     text += "\n" + markdown_table(rows, list(rows[0])) + "\n![side by side](pong_compare.png)\n"
-    (RESULTS / "pong_compare.md").write_text(text)
+    (out_dir / "pong_compare.md").write_text(text)
     print(text)
 
 

@@ -7,7 +7,7 @@ references measured in the same run with the same number of processes:
 - trainer: the real `python -m hogwild_a3c.train`, from progress.csv after a warm-up.
 
 Each cell is the median of --repeats measurements. Also reported: worker resident memory and the
-evaluator's CPU use while it waits between evaluations. Writes experiments/results/throughput.{csv,md}.
+evaluator's CPU use while it waits between evaluations. Writes experiments/results/throughput/throughput[-TAG].{csv,md}.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import time
 
 import pandas as pd
 
-from benchlib import RESULTS, RUNS, header, load_config, markdown_table, run_trainer
+from benchlib import RUNS, header, load_config, markdown_table, results_dir, run_trainer
 
 
 def _raw_env_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, warmup, barrier, out):
@@ -109,8 +109,8 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False, preset="universe",
-                    rollout_steps=None):
+def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False,
+                    preset="universe", rollout_steps=None):
     run_dir = RUNS / "throughput" / f"{tag}-w{workers}-k{envs}-{int(time.time() * 1000)}"
     args = ["--env", env_id, "--preset", preset, "--num-workers", workers, "--envs-per-worker", envs, "--no-progress",
             "--progress-interval", 1, "--max-seconds", seconds + warmup + 15, "--run-dir", run_dir]
@@ -208,10 +208,10 @@ def main():
     evaluator_cpu = None
     if not args.no_evaluator_check:
         _, _, evaluator_cpu = measure_trainer(env_id, env_kwargs, 1, 1, 10, 2, "evaluator", with_idle_evaluator=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    out_dir = results_dir("throughput")
     suffix = f"-{args.tag}" if args.tag else ""
     columns = list(rows[0])
-    with open(RESULTS / f"throughput{suffix}.csv", "w", newline="") as f:
+    with open(out_dir / f"throughput{suffix}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
@@ -224,7 +224,7 @@ def main():
          else f"{100 * evaluator_cpu:.2f}% of one core (10 s sample, eval interval far away)"},
     )
     text += "\n" + markdown_table(rows, columns)
-    (RESULTS / f"throughput{suffix}.md").write_text(text)
+    (out_dir / f"throughput{suffix}.md").write_text(text)
     print(text)
 
 

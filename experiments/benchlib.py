@@ -16,6 +16,13 @@ RUNS = EXPERIMENTS / "runs"
 sys.path.insert(0, str(REPO))
 
 
+def results_dir(benchmark: str) -> Path:
+    """experiments/results/<benchmark>/, made if missing: each benchmark writes into its own folder."""
+    path = RESULTS / benchmark
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def load_config(name: str) -> dict:
     return json.loads((EXPERIMENTS / "configs" / f"{name}.json").read_text())
 

@@ -58,7 +58,8 @@ Measured here (`nice -n 10 python experiments/bench_syncer.py`: 2 processes on l
 buffer 1.3-2.0 ms median (p90 4-4.4 ms); a whole round (snapshot, all-reduce, apply) 3.7-3.9 ms
 median idle, 4.8-7.1 ms with a Hogwild writer process applying fused-Adam steps to node 0's
 shared model non-stop. Snapshot + apply alone cost about 1.2 ms of CPU per round. The traffic,
-bandwidth, staleness and scaling model is in experiments/results/multinode-model.md.
+bandwidth, staleness and scaling model is in
+experiments/results/multinode/2026-11-30-sync-cost-model.md.
 """
 from __future__ import annotations
 
