@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-pong bench-pong-compare bench-frames profile-hot-loop plot notebook clean
+.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-atari bench-pong bench-pong-compare bench-frames profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,6 +56,11 @@ bench-cartpole: $(STAMP)
 bench-classic: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench,box2d]'
 	$(PY) experiments/bench_classic.py $(ARGS)
+
+# GAMES="Breakout Qbert" and SEEDS="0 1" choose; 2.5M agent steps a game, then SB3 PPO as long.
+bench-atari: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	$(PY) experiments/bench_atari.py $(ARGS)
 
 bench-pong: $(STAMP)
 	$(PY) experiments/bench_pong.py $(ARGS)

@@ -13,7 +13,8 @@ the end the median of those over the games, and one figure with a panel per game
 
 `GAMES="Breakout Qbert"` and `SEEDS="0 1"` choose (a session can run a few games; the report
 reads every finished run under experiments/runs/atari/ of the same name); `--extra-flags` tries
-a variant (`--out NAME` keeps its table apart); `--no-reference` skips PPO.
+a variant (`--out NAME` keeps its table apart); `--no-reference` skips PPO. Writes
+experiments/results/atari/NAME.{md,csv,png}.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchlib import EXPERIMENTS, RESULTS, RUNS, header, load_config, markdown_table, run_trainer
+from benchlib import EXPERIMENTS, RUNS, header, load_config, markdown_table, results_dir, run_trainer
 
 WINDOW = 100  # training episodes in the final mean, as the Atari literature reports
 
@@ -170,8 +171,8 @@ def report(root: Path, config: dict, name: str, args) -> None:
     axes[0][0].set_ylabel(f"mean of the last {WINDOW} training episodes")
     axes[0][0].legend()
     figure.tight_layout()
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    figure.savefig(RESULTS / f"{name}.png", dpi=110)
+    out = results_dir("atari")
+    figure.savefig(out / f"{name}.png", dpi=110)
     command = "make bench-atari" + (f" ARGS='--extra-flags \"{args.extra_flags}\" --out {name}'"
                                     if args.extra_flags else "")
     text = header("Atari beyond Pong, default flags, against SB3 PPO at equal wall time"
@@ -185,8 +186,8 @@ def report(root: Path, config: dict, name: str, args) -> None:
                   })
     text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table(summary, list(summary[0]))
     text += f"\n![Atari curves]({name}.png)\n"
-    (RESULTS / f"{name}.md").write_text(text)
-    pd.DataFrame(rows).to_csv(RESULTS / f"{name}.csv", index=False)
+    (out / f"{name}.md").write_text(text)
+    pd.DataFrame(rows).to_csv(out / f"{name}.csv", index=False)
     print(text)
 
 
