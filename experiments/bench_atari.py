@@ -140,9 +140,7 @@ def report(root: Path, config: dict, name: str, args) -> None:
 
     rows, panels = [], {}
     for run_dir in sorted(p for p in root.glob("*-s*") if (p / "progress.csv").is_file()):
-        game = run_dir.name.split("-")[2]
-        if game not in args.games and not args.report_only:
-            continue
+        game = run_dir.name.split("-")[2]  # every finished run of this name: games run in earlier sessions too
         rows.append(ours_row(run_dir, game, config))
         panels.setdefault(game, []).append(("hogwild_a3c", pd.read_csv(run_dir / "episodes.csv"), "C0"))
         ppo = ppo_row(run_dir.with_name(run_dir.name + "-ppo"), game, config)
@@ -173,15 +171,19 @@ def report(root: Path, config: dict, name: str, args) -> None:
     figure.tight_layout()
     out = results_dir("atari")
     figure.savefig(out / f"{name}.png", dpi=110)
-    command = "make bench-atari" + (f" ARGS='--extra-flags \"{args.extra_flags}\" --out {name}'"
-                                    if args.extra_flags else "")
+    options = " ".join([*([f"--steps {args.steps}"] if args.steps != config["steps"] else []),
+                        *([f'--extra-flags "{args.extra_flags}" --out {name}'] if args.extra_flags else []),
+                        *(["--no-reference"] if not any(r["agent"] != "hogwild_a3c" for r in rows) else [])])
+    games = " ".join(dict.fromkeys(r["game"] for r in rows))
+    command = f"make bench-atari GAMES=\"{games}\"" + (f" ARGS='{options}'" if options else "")
     text = header("Atari beyond Pong, default flags, against SB3 PPO at equal wall time"
                   if not args.extra_flags else f"Atari, variant: {args.extra_flags}", command, {
                       "games": "ALE/<Game>-v5: sticky actions 0.25, whole games, evaluation the same",
                       "trainer flags": f"--env ALE/<Game>-v5 --seed S {args.extra_flags}".strip()
                                        + f" (harness: --max-steps {args.steps} --no-progress --run-dir DIR)",
-                      "reference": "SB3 PPO with rl-zoo's Atari settings for our run's wall time "
-                                   "(experiments/sb3_ppo_atari.py), run after ours on the same machine",
+                      "reference": ("SB3 PPO with rl-zoo's Atari settings for our run's wall time "
+                                    "(experiments/sb3_ppo_atari.py), run after ours on the same machine"
+                                    if any(r["agent"] != "hogwild_a3c" for r in rows) else "none (--no-reference)"),
                       "human_normalized": "(train_mean - random) / (human - random), DQN Nature paper's scores",
                   })
     text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table(summary, list(summary[0]))

@@ -47,8 +47,8 @@ class Config:
                        "name: atari, universe, vector, ...; --config and flags override it")
     config: str | None = _opt(None, experiment=False, help="a JSON file of settings (keys are flag names with _ or -, "
                               "e.g. {\"lr\": 0.001}); it may name a \"preset\" to start from; flags override it")
-    frame: str = _opt("fast", "how Atari frames become grey: fast = ALE's luminance greyscale; universe = the mean of the "
-                      "RGB channels, as universe's _process_frame42 (about 35 us more per frame); other envs ignore it",
+    frame: str = _opt("fast", "how Atari frames become grey: fast = ALE's luminance greyscale; universe = the mean of "
+                      "the RGB channels, as universe's _process_frame42 (35 us more per frame); other envs ignore it",
                       choices=["fast", "universe", "seed"])
     # The Atari protocol (other envs ignore all but --clip-reward); `--preset universe` has none of it
     clip_reward: bool = _opt(False, "clip each reward to [-1, 1] for learning, as the A3C paper does on Atari; the "
@@ -314,6 +314,10 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(cfg.lstm_size >= 1, "lstm_size", "an integer >= 1", cfg.lstm_size)
     need(math.isfinite(cfg.lstm_forget_bias), "lstm_forget_bias", "a finite number", cfg.lstm_forget_bias)
     need(cfg.hidden_size >= 1, "hidden_size", "an integer >= 1", cfg.hidden_size)
+    # torchrun's SIGTERM reaches the trainer's whole process group, a forkserver too, whose death
+    # kills every child before the node's stop vote can go out.
+    need(cfg.start_method == "spawn" or "TORCHELASTIC_RUN_ID" not in os.environ, "start_method",
+         "spawn under torchrun", cfg.start_method)
     for f in dataclasses.fields(Config):  # the choices each field declares, for settings argparse never saw
         choices = f.metadata.get("choices")
         if choices:

@@ -128,9 +128,9 @@ class AtariSteps(gym.Wrapper):
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self._step(action)
         lives = self._ale.lives()
-        life_lost = lives < self._lives and not (terminated or truncated)
+        life_lost = lives < self._lives and not terminated  # a game's end is its own boundary
         self._lives = lives
-        if life_lost and self._fire:
+        if life_lost and self._fire and not truncated:
             obs, more, terminated, truncated, info = self._step(1)
             reward += more
         return obs, reward, terminated, truncated, {**info, "life_lost": life_lost}
@@ -222,6 +222,13 @@ def is_atari(env_id: str) -> bool:
     return isinstance(spec.entry_point, str) and spec.entry_point.startswith("ale_py")
 
 
+def _ale_default_frameskip() -> Any:
+    """AtariEnv's own default, for an ALE id registered without a frameskip of its own."""
+    from ale_py.env import AtariEnv
+
+    return inspect.signature(AtariEnv).parameters["frameskip"].default
+
+
 def make_env(
     env_id: str,
     env_kwargs: dict[str, Any] | None = None,
@@ -252,11 +259,11 @@ def make_env(
             raise EnvSpecError(f"--env-kwargs obs_type={given!r}: the 42x42 preprocessing needs 'grayscale' or 'rgb'")
         # The time limit goes outside AtariSteps, whose repeats bypass the wrappers of gym.make.
         max_episode_steps = kwargs.pop("max_episode_steps", None)
-        skip = kwargs.get("frameskip", (gym.spec(env_id).kwargs or {}).get("frameskip", 1))
+        skip = kwargs.get("frameskip", (gym.spec(env_id).kwargs or {}).get("frameskip", _ale_default_frameskip()))
         if max_pool:
-            if not isinstance(skip, int):
-                raise EnvSpecError(f"--max-pool needs a fixed frameskip, but '{env_id}' repeats actions {skip!r} "
-                                   "times at random; give --env-kwargs frameskip=4 or --no-max-pool")
+            if not isinstance(skip, int) or skip < 2:
+                raise EnvSpecError(f"--max-pool needs a fixed frameskip of 2 or more, but '{env_id}' repeats each "
+                                   f"action {skip!r} times; give --env-kwargs frameskip=4 or --no-max-pool")
             kwargs["frameskip"] = 1
         # Greyscale straight from ALE (`fast`) saves the RGB->grey conversion on every frame.
         env: gym.Env = Universe42(AtariSteps(gym.make(env_id, **kwargs), skip if max_pool else 1, max_pool, fire_reset))

@@ -42,9 +42,9 @@ def node_identity(cfg: Any) -> dict[str, Any]:
 
 def max_claim(max_steps: int | None) -> int | None:
     """The highest global step a node of a run with this budget can bring to the start of the
-    sync: the budget plus 10% (the nodes overshoot it by what they step before the stop vote
-    reaches them, a second's worth); None without a budget."""
-    return None if max_steps is None else max_steps + max_steps // 10
+    sync: the budget plus 10% or 1M steps, whichever is more (the nodes overshoot it by what they
+    step before the stop vote reaches them, about a sync interval's worth); None without a budget."""
+    return None if max_steps is None else max_steps + max(max_steps // 10, 1_000_000)
 
 
 @dataclass(frozen=True)

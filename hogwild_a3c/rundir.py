@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .config import Config, config_from_dict, experiment_fields, flag_name, resumable_fields, validate
+from .config import RENAMED, Config, config_from_dict, experiment_fields, flag_name, resumable_fields, validate
 from .envs import EnvSpecError, parse_env_kwargs
 
 
@@ -177,6 +177,8 @@ def resolve_resume(run_dir: str, given: dict[str, Any]) -> Config:
                 errors.append(f"--run-dir {value} conflicts with --resume {run_dir}; give only --resume")
             continue
         current = getattr(cfg, name)
+        if name in ("preset", "frame"):  # an old name ("seed") compares as the new one
+            value = RENAMED.get(value, value)
         if name in resumable:
             setattr(cfg, name, value)
         elif value != current:
@@ -199,7 +201,10 @@ def check_same_experiment(cfg: Config, checkpoint_config: Any, checkpoint: Path)
         raise ConfigError([f"{checkpoint}: holds no config to check config.json against"])
     fixed = experiment_fields() - resumable_fields()
     for name in sorted(fixed):
-        if name in checkpoint_config and checkpoint_config[name] != getattr(cfg, name):
+        saved = checkpoint_config.get(name)
+        if name in ("preset", "frame") and isinstance(saved, str):  # saved under an old name ("seed")
+            saved = RENAMED.get(saved, saved)
+        if name in checkpoint_config and saved != getattr(cfg, name):
             assert cfg.run_dir is not None  # a resumed run's directory is known
             raise ConfigError([
                 f"{Path(cfg.run_dir) / 'config.json'}: '{name}' is {getattr(cfg, name)!r} but {checkpoint} was trained "

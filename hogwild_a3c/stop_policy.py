@@ -33,7 +33,7 @@ class StopPolicy:
         self._log = log
         self.reason: str | None = None
         self.exit_code = EXIT_OK
-        self.signals_seen = 0
+        self.signals_seen = 0  # a signal's stop is never outranked, whatever its exit status
         self.eval_window: list[float] = []
 
     @property
@@ -55,7 +55,7 @@ class StopPolicy:
         """A failure outranks a reached budget or target (a final checkpoint that cannot be
         written must not end in exit 0), never a signal or an earlier failure."""
         self._record_error(f"run stopping: {message}")
-        if self.reason is not None and self.exit_code == EXIT_OK:
+        if self.reason is not None and self.exit_code == EXIT_OK and not self.signals_seen:
             self.reason = None
         self.stop(f"failed: {message}", EXIT_FAILED)
 

@@ -66,12 +66,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import secrets
 import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -123,8 +125,12 @@ def _proof(token: bytes, transcript: bytes, rank: int) -> bytes:
 
 def _differences(mine: dict, theirs: dict) -> list[str]:
     names = sorted(set(mine) | set(theirs))
-    return [f"{name} (here {mine.get(name)!r}, there {theirs.get(name)!r})" for name in names
-            if mine.get(name) != theirs.get(name)]
+    def shown(value: Any) -> str:
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+
+    return [f"{str(name)[:40]} (here {shown(mine.get(name))}, there {shown(theirs.get(name))})" for name in names
+            if mine.get(name) != theirs.get(name)][:12]
 
 
 def check_members(identity: dict, token: bytes, host: str = "") -> None:
@@ -140,9 +146,10 @@ def check_members(identity: dict, token: bytes, host: str = "") -> None:
 
     def who(r: int) -> str:
         try:
-            return f"rank {r} ({json.loads(hellos[r])['host']})"
-        except (ValueError, KeyError, TypeError):
+            host = json.loads(hellos[r])["host"]
+        except (ValueError, KeyError, TypeError, RecursionError):
             return f"rank {r}"
+        return f"rank {r} ({host})" if isinstance(host, str) and re.fullmatch(r"[\w.-]{1,64}", host) else f"rank {r}"
 
     if refused:
         state = "set" if token else "unset"
@@ -154,7 +161,7 @@ def check_members(identity: dict, token: bytes, host: str = "") -> None:
             continue
         try:
             theirs = json.loads(hellos[r])["identity"]
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise MembershipError(f"{who(r)} sent a hello that is not a node's: not a node of this run") from None
         differing = _differences(identity, theirs if isinstance(theirs, dict) else {})
         if differing:
@@ -395,14 +402,19 @@ def start_sync(sync: ParamSync, progress: int, max_claim: int | None = None) -> 
     Returns (source rank, agreed starting global step).
     """
     world = dist.get_world_size()
-    mine = torch.tensor([int(progress)], dtype=torch.int64)
-    gathered = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    # Each node's claim with its own bound (-1: none); the bound is the highest of them, the same
+    # on every node (budgets may differ, as --max-steps may change on resume).
+    mine = torch.tensor([int(progress), -1 if max_claim is None else int(max_claim)], dtype=torch.int64)
+    gathered = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
     dist.all_gather(gathered, mine)
     progress_all = [int(t[0]) for t in gathered]
-    too_far = [r for r, p in enumerate(progress_all) if p < 0 or (max_claim is not None and p > max_claim)]
+    bounds = [int(t[1]) for t in gathered]
+    bound = None if min(bounds) < 0 else max(bounds)
+    too_far = [r for r, p in enumerate(progress_all) if p < 0 or (bound is not None and p > bound)]
     if too_far:
+        limit = "" if bound is None else f" (at most {bound:,})"
         raise MembershipError(f"rank {too_far[0]} claims global step {progress_all[too_far[0]]:,}, beyond what this "
-                              f"run can have made (at most {max_claim:,}); its checkpoint is forged or corrupt")
+                              f"run can have made{limit}; its checkpoint is forged or corrupt")
     source = pick_source(progress_all)
     weights = sync.buf[: sync.numel]
     if dist.get_rank() == source:

@@ -200,7 +200,8 @@ class Worker:
                 self.episode_return[k] += reward
                 self.episode_length[k] += 1
                 if terminated or truncated:
-                    self._end_episode(rollout, t, k, obs, terminated)
+                    # a life lost as a time limit cuts the game: with --life-loss, no bootstrap either
+                    self._end_episode(rollout, t, k, obs, terminated or (life_loss and info.get("life_lost", False)))
                     continue
                 if life_loss and info.get("life_lost"):
                     # The end of a stretch for the targets only: the game, the LSTM state and

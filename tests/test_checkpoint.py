@@ -1,5 +1,6 @@
 """The checkpoint format's owner: best.pt on improvement only, kept across resume and preferred
 by evaluate; resume with more workers and with shared Adam statistics; forkserver children."""
+import json
 import math
 
 import pandas as pd
@@ -91,3 +92,19 @@ def test_forkserver_children_train(tmp_path):
     assert train.main([*CARTPOLE, "--num-workers", "1", "--start-method", "forkserver", "--max-steps", "1000",
                        "--eval-episodes", "1", "--eval-interval", "1", "--run-dir", str(run_dir)]) == 0
     assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["global_step"] >= 1000
+
+
+def test_a_run_saved_when_the_reference_was_called_seed_resumes(tmp_path):
+    """config.json and the checkpoint of runs from before the rename say "seed" for the preset
+    and the frame mode; resuming them (even naming the old preset again) is not a change."""
+    run_dir = tmp_path / "run"
+    assert train.main([*CARTPOLE, "--num-workers", "0", "--max-steps", "300", "--eval-episodes", "0",
+                       "--run-dir", str(run_dir)]) == 0
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**config, "preset": "seed", "frame": "seed"}))
+    for path in (run_dir / "checkpoints").glob("*.pt"):
+        payload = torch.load(path, weights_only=True)
+        payload["config"] = {**payload["config"], "preset": "seed", "frame": "seed"}
+        torch.save(payload, path)
+    assert train.main(["--resume", str(run_dir), "--preset", "seed", "--max-steps", "600", "--no-progress"]) == 0
+    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["global_step"] >= 600

@@ -69,18 +69,20 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start_machine(host: str, port: int, run_dir: Path, steps: int, log: Path, extra: tuple[str, ...] = ()
-                  ) -> subprocess.Popen:
+def start_machine(host: str, port: int, run_dir: Path, steps: int, log: Path, extra: tuple[str, ...] = (),
+                  nodes: str = "1:2", restarts: int = 5, token: str | None = None) -> subprocess.Popen:
     """One machine: a torchrun agent in its own session (so the whole machine can be killed at
     once) and its own UTS namespace. last_call_timeout=2: after a loss the survivor's agent waits
     2 s for others before it restarts alone, not torchrun's default 30 s."""
-    agent = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1", "--max-restarts=5",
+    agent = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", "--nproc-per-node=1",
+             f"--max-restarts={restarts}",
              "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--local-addr=127.0.0.1", "--rdzv-id=machines",
              "--rdzv-conf=last_call_timeout=2", "-m", "hogwild_a3c.train", "--env", "CartPole-v1", "--lstm-size", "16",
              "--num-workers", "1", "--max-steps", str(steps), "--sync-interval", "0.5", "--eval-episodes", "1",
              "--eval-interval", "5", "--progress-interval", "0.5", "--no-progress", "--run-dir", str(run_dir), *extra]
     script = f"hostname {host} && exec {' '.join(agent)}"
-    return subprocess.Popen(["unshare", "--uts", "bash", "-c", script], cwd=REPO, env=ENV, stdout=open(log, "w"),
+    env = ENV if token is None else {**ENV, "HOGWILD_RUN_TOKEN": token}
+    return subprocess.Popen(["unshare", "--uts", "bash", "-c", script], cwd=REPO, env=env, stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -241,3 +243,48 @@ def test_a_frozen_machine_leaves_the_survivor_training_and_rejoins_when_it_wakes
     assert a_sessions[-1]["node"]["world_size"] == 2 and b_sessions[-1]["node"]["world_size"] == 2  # b rejoined
     for node_sessions in (a_sessions, b_sessions):
         assert node_sessions[-1]["exit_code"] == 0 and node_sessions[-1]["global_step_end"] >= steps
+
+
+@pytest.mark.timeout(480)
+def test_an_uninvited_machine_with_a_forged_checkpoint_changes_nothing(tmp_path):
+    """The attack of issue 21: a third agent reaches the rendezvous (same id, room for 3 nodes)
+    with a checkpoint claiming 2,000,000 steps, without the run's HOGWILD_RUN_TOKEN. Every node
+    refuses it at the start of the sync; once its agent gives up, the two real machines go on
+    and end at their budget, their global step never taken from the forgery."""
+    import torch
+
+    forged_dir, port = tmp_path / "forged", _free_port()
+    made = subprocess.run([sys.executable, "-m", "hogwild_a3c.train", "--env", "CartPole-v1", "--lstm-size", "16",
+                           "--num-workers", "1", "--max-steps", "2000", "--eval-episodes", "0", "--no-progress",
+                           "--run-dir", str(forged_dir / "nodes" / "intruder-0")], cwd=REPO, capture_output=True,
+                          timeout=120)
+    assert made.returncode == 0, made.stderr[-2000:]
+    for path in (forged_dir / "nodes" / "intruder-0" / "checkpoints").glob("*.pt"):
+        payload = torch.load(path, weights_only=True)
+        torch.save({**payload, "global_step": 2_000_000}, path)
+    run_dir, steps = tmp_path / "run", 400_000
+    a_dir, b_dir = run_dir / "nodes" / "machine-a-0", run_dir / "nodes" / "machine-b-0"
+    logs = [tmp_path / "a.log", tmp_path / "b.log", tmp_path / "intruder.log"]
+    a = start_machine("machine-a", port, run_dir, steps, logs[0], nodes="1:3", token="the run's secret")
+    wait_for(lambda: _listening(port), 60, "machine a's rendezvous store", logs)
+    b = start_machine("machine-b", port, run_dir, steps, logs[1], nodes="1:3", token="the run's secret")
+    intruder = None
+    try:
+        wait_for(lambda: all((d / "train.log").is_file() and "of 2) synced" in (d / "train.log").read_text()
+                             for d in (a_dir, b_dir)), 120, "both machines to train together", logs)
+        intruder = start_machine("intruder", port, forged_dir, steps, logs[2], nodes="1:3", restarts=0,
+                                 token="a guess")
+        intruder.wait(timeout=180)
+        assert a.wait(timeout=240) == 0, logs[0].read_text()[-3000:]
+        assert b.wait(timeout=60) == 0, logs[1].read_text()[-3000:]
+    finally:
+        for agent in (a, b, intruder):
+            if agent is not None and agent.poll() is None:
+                kill_machine(agent.pid)
+    refused = [(d / "train.log").read_text() for d in (a_dir, b_dir)]
+    assert all("did not prove this node's HOGWILD_RUN_TOKEN" in text for text in refused), refused[0][-2000:]
+    for node_dir in (a_dir, b_dir):
+        node_sessions = sessions(node_dir)
+        assert all(s["global_step_start"] < 1_000_000 for s in node_sessions)  # never the forged 2,000,000
+        assert node_sessions[-1]["exit_code"] == 0 and node_sessions[-1]["global_step_end"] >= steps
+        assert pd.read_csv(node_dir / "progress.csv")["global_step"].max() < 1_000_000

@@ -58,6 +58,8 @@ def test_a_node_told_to_stop_exits_0_so_torchrun_does_not_restart_it():
         p, stops, _ = policy(under_torchrun=True)
         p.on_signal(signum)
         assert (p.reason, p.exit_code) == (f"interrupted ({signal.Signals(signum).name})", 0) and stops
+        p.fail("a save failed")  # still not outranked: torchrun would restart a trainer told to stop
+        assert (p.reason, p.exit_code) == (f"interrupted ({signal.Signals(signum).name})", 0)
 
 
 def test_non_finite_weights_and_skipped_updates_fail_the_run():

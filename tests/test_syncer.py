@@ -477,9 +477,11 @@ def _moments_node(rank, port, progress, batches, out_path):
     def workers():  # this node's workers: fold its batches in while the syncer rounds
         while int(status.state[0]) == STARTING:
             time.sleep(0.01)
-        for x in batches:
+        for x in batches:  # each right after a round ends, far from the next one's read and write
+            rounds = int(status.rounds[0])
+            while int(status.rounds[0]) == rounds:
+                time.sleep(0.001)
             moments.merge_(x)
-            time.sleep(0.15)
         if rank == 0:  # node 0 votes stop once both nodes' batches have been through rounds
             time.sleep(1.0)
             stop[0] = 1
@@ -487,7 +489,7 @@ def _moments_node(rank, port, progress, batches, out_path):
     thread = threading.Thread(target=workers)
     thread.start()
     run_syncer(params, steps, stop, status, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-               progress=progress, sync_interval=0.05, sync_timeout=20, moments=[as_tuple(moments)])
+               progress=progress, sync_interval=0.2, sync_timeout=20, moments=[as_tuple(moments)])
     thread.join()
     torch.save({"count": float(moments.count), "mean": moments.mean.clone(), "var": moments.var.clone()}, out_path)
 
