@@ -63,7 +63,7 @@ def test_the_wheel_carries_license_py_typed_and_entry_points(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
         assert "hogwild_a3c/py.typed" in names
-        presets = {"hogwild_a3c/presets/atari.json", "hogwild_a3c/presets/universe.json", "hogwild_a3c/presets/vector.json"}
+        presets = {f"hogwild_a3c/presets/{name}.json" for name in ("atari", "universe", "vector")}
         assert presets <= set(names)
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
