@@ -22,6 +22,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from .config import RENAMED
+
 ATARI_CROP_ROWS = slice(34, 194)  # the universe crop: drop the score bar and the bottom edge
 FRAME_SIZE = 42
 
@@ -105,7 +107,7 @@ class AtariSteps(gym.Wrapper):
         atari: Any = env.unwrapped  # ale_py's AtariEnv
         self._ale = atari.ale
         self._skip = skip
-        self._max_pool = max_pool and skip > 1
+        self._max_pool = max_pool
         meanings = atari.get_action_meanings()
         self._fire = fire_reset and len(meanings) >= 3 and meanings[1] == "FIRE"
         minimal = self._ale.getMinimalActionSet()
@@ -123,7 +125,8 @@ class AtariSteps(gym.Wrapper):
             if terminated or truncated:
                 obs, info = self.env.reset()
         self._lives = self._ale.lives()
-        return obs, {**info, "life_lost": False}
+        info["life_lost"] = False
+        return obs, info
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self._step(action)
@@ -133,7 +136,8 @@ class AtariSteps(gym.Wrapper):
         if life_lost and self._fire and not truncated:
             obs, more, terminated, truncated, info = self._step(1)
             reward += more
-        return obs, reward, terminated, truncated, {**info, "life_lost": life_lost}
+        info["life_lost"] = life_lost  # each step's info is a dict of its own: no copy needed
+        return obs, reward, terminated, truncated, info
 
     def _step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if not self._max_pool:
@@ -152,12 +156,11 @@ class AtariSteps(gym.Wrapper):
         obs = np.maximum(frames[0], frames[1])
         return obs, reward, ale.game_over(with_truncation=False), ale.game_truncated(), {"lives": ale.lives()}
 
-    def _screen(self, out: np.ndarray) -> np.ndarray:
+    def _screen(self, out: np.ndarray) -> None:
         if self._grey:
             self._ale.getScreenGrayscale(out)
         else:
             self._ale.getScreenRGB(out)
-        return out
 
 
 class Frame42:
@@ -243,7 +246,7 @@ def make_env(
     envs ignore it. `env_kwargs={"obs_type": "rgb"}` also gives universe's frames. `max_pool`
     and `fire_reset` are the Atari protocol of `AtariSteps`; other envs ignore them too.
     """
-    frame = "universe" if frame == "seed" else frame  # its name before it was called universe
+    frame = RENAMED.get(frame, frame)
     if frame not in FRAME_MODES:
         raise EnvSpecError(f"--frame must be one of {', '.join(FRAME_MODES)} (got {frame!r})")
     kwargs = dict(env_kwargs or {})
@@ -266,7 +269,7 @@ def make_env(
                                    f"action {skip!r} times; give --env-kwargs frameskip=4 or --no-max-pool")
             kwargs["frameskip"] = 1
         # Greyscale straight from ALE (`fast`) saves the RGB->grey conversion on every frame.
-        env: gym.Env = Universe42(AtariSteps(gym.make(env_id, **kwargs), skip if max_pool else 1, max_pool, fire_reset))
+        env: gym.Env = Universe42(AtariSteps(gym.make(env_id, **kwargs), skip, max_pool, fire_reset))
         return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps is not None else env
     env = gym.make(env_id, **kwargs)
     space = env.action_space

@@ -365,7 +365,7 @@ class MomentsSync:
         state = torch.cat([torch.cat([torch.tensor([c], dtype=torch.float64), m, v]) for c, m, v in
                            (self._read(m) for m in self.moments)])
         dist.broadcast(state, src=source)
-        for (at, m_slice, v_slice), moments, i in zip(self._slices(), self.moments, range(len(self.moments))):
+        for i, ((at, m_slice, v_slice), moments) in enumerate(zip(self._slices(), self.moments)):
             agreed = (float(state[at]), state[m_slice].clone(), state[v_slice].clone())
             self.anchor[i] = agreed
             if dist.get_rank() != source:

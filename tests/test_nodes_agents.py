@@ -55,14 +55,19 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def kill_machine(pid: int) -> None:
-    """A lost machine: its agent and every process under it, at once. torchrun starts its workers
-    in sessions of their own, so killing the agent's process group would leave them running."""
+def signal_machine(pid: int, signum: int) -> None:
+    """A signal to a machine: its agent and every process under it, at once. torchrun starts its
+    workers in sessions of their own, so signalling the agent's process group would miss them."""
     for each in _descendants(pid):
         try:
-            os.kill(each, signal.SIGKILL)
+            os.kill(each, signum)
         except ProcessLookupError:
             pass
+
+
+def kill_machine(pid: int) -> None:
+    """A lost machine."""
+    signal_machine(pid, signal.SIGKILL)
 
 
 def _listening(port: int) -> bool:
@@ -200,14 +205,6 @@ def test_a_signal_to_one_machines_trainer_stops_every_machine_cleanly(tmp_path, 
         assert node_sessions[0]["exit_code"] == 0 and not node_sessions[0]["ended"].startswith("failed")
     assert sessions(b_dir)[0]["ended"] == f"interrupted ({name})"
     assert sessions(a_dir)[0]["ended"].startswith("stopped with the other nodes")
-
-
-def signal_machine(pid: int, signum: int) -> None:
-    for each in _descendants(pid):
-        try:
-            os.kill(each, signum)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.mark.timeout(420)
