@@ -12,7 +12,8 @@ process, part of the wall time), minutes, steps/s, and the human-normalized scor
 the end the median of those over the games, and one figure with a panel per game.
 
 `GAMES="Breakout Qbert"` and `SEEDS="0 1"` choose (a session can run a few games; the report
-reads every finished run under experiments/runs/atari/ of the same name); `--extra-flags` tries
+reads every finished run under experiments/runs/atari/ of the same name, and keeps the rows and
+curves of games run elsewhere from experiments/results/atari/, whose runs are not committed); `--extra-flags` tries
 a variant (`--out NAME` keeps its table apart); `--no-reference` skips PPO. Writes
 experiments/results/atari/NAME.{md,csv,png}.
 """
@@ -127,9 +128,59 @@ def ppo_row(out: Path, game: str, config: dict) -> dict | None:
             "human_normalized": normalized(final, game, config)}
 
 
-def curve(episodes: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    mean = episodes["episode_return"].rolling(WINDOW, min_periods=10).mean()
-    return episodes["time_s"] / 60, mean
+def curve(episodes: pd.DataFrame, points: int = 400) -> pd.DataFrame:
+    """The training curve kept with the results (the runs themselves are not committed), thinned
+    to about `points` rows."""
+    table = pd.DataFrame({"minutes": episodes["time_s"] / 60,
+                          "train_mean": episodes["episode_return"].rolling(WINDOW, min_periods=10).mean()}).dropna()
+    return table.iloc[::max(1, len(table) // points)]
+
+
+def gather(root: Path, config: dict, curves: Path) -> list[dict]:
+    """Rows of every finished run of this name, their curves written under `curves`."""
+    rows = []
+    curves.mkdir(parents=True, exist_ok=True)
+    for run_dir in sorted(p for p in root.glob("*-s*") if (p / "progress.csv").is_file()):
+        game = run_dir.name.split("-")[2]
+        rows.append(ours_row(run_dir, game, config))
+        curve(pd.read_csv(run_dir / "episodes.csv")).to_csv(curves / f"{run_dir.name}.csv", index=False)
+        ppo_dir = run_dir.with_name(run_dir.name + "-ppo")
+        ppo = ppo_row(ppo_dir, game, config)
+        if ppo is not None:
+            rows.append(ppo)
+            curve(pd.read_csv(ppo_dir / "episodes.csv")).to_csv(curves / f"{ppo_dir.name}.csv", index=False)
+    return rows
+
+
+def earlier_rows(table: Path, rows: list[dict]) -> list[dict]:
+    """Rows of the committed table whose runs are not on this machine: games run in other
+    sessions stay in the table (and their committed curves in the figure)."""
+    if not table.is_file():
+        return []
+    here = {(r["game"], r["agent"], r["seed"]) for r in rows}
+    kept = [row for row in pd.read_csv(table).to_dict("records")
+            if (row["game"], row["agent"], row["seed"]) not in here]
+    for row in kept:
+        for key in ("best_eval", "last_eval"):
+            row[key] = "-" if row[key] in ("-", None) or pd.isna(row[key]) else float(row[key])
+    return kept
+
+
+def panels_from(curves: Path, rows: list[dict]) -> dict[str, list[tuple[str, pd.DataFrame, str]]]:
+    """One panel per game of the table, the latest curve of each agent and seed."""
+    wanted = {(r["game"], r["agent"] != "hogwild_a3c", int(r["seed"])) for r in rows}
+    latest = {}
+    for path in sorted(curves.glob("*.csv")):
+        stem = path.stem.removesuffix("-ppo")
+        game, seed = stem.split("-")[2], int(stem.rsplit("-s", 1)[1])
+        key = (game, path.stem.endswith("-ppo"), seed)
+        if key in wanted:
+            latest[key] = path
+    panels: dict[str, list] = {}
+    for (game, is_ppo, seed), path in sorted(latest.items()):
+        label = ("SB3 PPO" if is_ppo else "hogwild_a3c") + (f" seed {seed}" if seed else "")
+        panels.setdefault(game, []).append((label, pd.read_csv(path), "C1" if is_ppo else "C0"))
+    return panels
 
 
 def report(root: Path, config: dict, name: str, args) -> None:
@@ -138,18 +189,14 @@ def report(root: Path, config: dict, name: str, args) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows, panels = [], {}
-    for run_dir in sorted(p for p in root.glob("*-s*") if (p / "progress.csv").is_file()):
-        game = run_dir.name.split("-")[2]  # every finished run of this name: games run in earlier sessions too
-        rows.append(ours_row(run_dir, game, config))
-        panels.setdefault(game, []).append(("hogwild_a3c", pd.read_csv(run_dir / "episodes.csv"), "C0"))
-        ppo = ppo_row(run_dir.with_name(run_dir.name + "-ppo"), game, config)
-        if ppo is not None:
-            rows.append(ppo)
-            panels[game].append(("SB3 PPO", pd.read_csv(run_dir.with_name(run_dir.name + "-ppo") / "episodes.csv"),
-                                 "C1"))
+    out = results_dir("atari")
+    curves = out / "curves" / name
+    rows = gather(root, config, curves)
+    rows += earlier_rows(out / f"{name}.csv", rows)
+    rows.sort(key=lambda r: (list(config["games"]).index(r["game"]), r["seed"], r["agent"] != "hogwild_a3c"))
+    panels = panels_from(curves, rows)
     if not rows:
-        raise SystemExit(f"error: no finished run under {root}")
+        raise SystemExit(f"error: no finished run under {root} and no {out / (name + '.csv')}")
     for row in rows:
         row["A3C paper (16 cores, 1 day)"] = config["games"][row["game"]]["a3c_ff_1_day"]
     summary = []
@@ -158,18 +205,16 @@ def report(root: Path, config: dict, name: str, args) -> None:
         summary.append({"agent": agent, "games": len({r["game"] for r in rows if r["agent"] == agent}),
                         "median_human_normalized": statistics.median(scores),
                         "games_above_0.1": sum(s > 0.1 for s in scores)})
-    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4), squeeze=False)
+    figure, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.2 * max(1, len(panels)), 3.4), squeeze=False)
     for axis, (game, lines) in zip(axes[0], panels.items()):
-        for label, episodes, colour in lines:
-            minutes, mean = curve(episodes)
-            axis.plot(minutes, mean, color=colour, label=label, alpha=0.9)
+        for label, table, colour in lines:
+            axis.plot(table["minutes"], table["train_mean"], color=colour, label=label, alpha=0.9)
         axis.set_title(game)
         axis.set_xlabel("minutes")
         axis.grid(alpha=0.3)
     axes[0][0].set_ylabel(f"mean of the last {WINDOW} training episodes")
     axes[0][0].legend()
     figure.tight_layout()
-    out = results_dir("atari")
     figure.savefig(out / f"{name}.png", dpi=110)
     options = " ".join([*([f"--steps {args.steps}"] if args.steps != config["steps"] else []),
                         *([f'--extra-flags "{args.extra_flags}" --out {name}'] if args.extra_flags else []),
