@@ -163,7 +163,8 @@ class ProcessChildren(_Children):
         target: Callable[..., None]
         args: tuple[Any, ...]
         if role is Role.WORKER:
-            target, args = worker_main, (rank, self.cfg, self.env_info, links, self.session, parent)
+            seed = worker_seed(self.cfg.seed, rank, self.session, 0 if self.node is None else self.node.rank)
+            target, args = worker_main, (rank, self.cfg, self.env_info, links, seed, parent)
             slot = rank
         else:
             seed = evaluator_seed(self.cfg.seed, self.session)

@@ -304,15 +304,18 @@ class _EnvStepError(Exception):
         self.cause = cause
 
 
-def worker_seed(base_seed: int, rank: int, session: int) -> int:
+def worker_seed(base_seed: int, rank: int, session: int, node_rank: int = 0) -> int:
     """Distinct seeds per worker, and fresh ones after each resume (a resumed Hogwild run cannot
-    replay its past randomness anyway)."""
-    return base_seed * 10_007 + rank * 101 + session * 1_000_003 + 1
+    replay its past randomness anyway). Every node of a multi-node run numbers its workers from 0
+    and starts from the same broadcast weights: without the node's rank its workers would play the
+    same games as every other node's, and the sum of their updates would count one experience
+    twice. Node 0's seeds are a single machine's."""
+    return base_seed * 10_007 + rank * 101 + session * 1_000_003 + node_rank * 2_147_483_647 + 1
 
 
-def run_worker(rank: int, cfg: Config, env_info: EnvInfo, link: WorkerLink, session: int) -> None:
+def run_worker(rank: int, cfg: Config, env_info: EnvInfo, link: WorkerLink, seed: int) -> None:
     """A worker's whole life, in whatever process it runs."""
-    worker = Worker(rank, cfg, env_info, link, worker_seed(cfg.seed, rank, session))
+    worker = Worker(rank, cfg, env_info, link, seed)
     link.heartbeat()  # ready: imports and env creation are over, the stall clock starts now
     try:
         while not link.should_stop():
@@ -321,12 +324,12 @@ def run_worker(rank: int, cfg: Config, env_info: EnvInfo, link: WorkerLink, sess
         worker.close()
 
 
-def worker_main(rank: int, cfg: Config, env_info: EnvInfo, links: Any, session: int, parent_pid: int) -> None:
+def worker_main(rank: int, cfg: Config, env_info: EnvInfo, links: Any, seed: int, parent_pid: int) -> None:
     """Entry point of a worker process; `links` builds its link (see `shared.HogwildLinkFactory`)."""
     from .process import run_child
 
     def body() -> None:
         # make_env registers the ALE ids when the env needs them (spawned children do not inherit them).
-        run_worker(rank, cfg, env_info, links.worker_link(rank), session)
+        run_worker(rank, cfg, env_info, links.worker_link(rank), seed)
 
     run_child("worker", rank, parent_pid, body, links.report)

@@ -16,6 +16,7 @@ from hogwild_a3c import plot, train
 from hogwild_a3c.checkpoint import load_checkpoint
 from hogwild_a3c.logs import load_run
 from hogwild_a3c.nodes import Node
+from hogwild_a3c.worker import worker_seed
 from tests.helpers import REPO
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2"]
@@ -53,6 +54,12 @@ def test_a_node_is_known_from_torchruns_environment(tmp_path, capsys):
     assert "multi-node run (under torchrun) needs --run-dir" in capsys.readouterr().err
 
 
+def test_every_worker_of_every_node_gets_a_seed_of_its_own():
+    seeds = [worker_seed(3, rank, session, node) for rank in range(16) for session in range(8) for node in range(8)]
+    assert len(set(seeds)) == len(seeds)
+    assert worker_seed(3, 2, 1, node_rank=0) == worker_seed(3, 2, 1)  # node 0's are a single machine's
+
+
 @pytest.mark.timeout(400)
 def test_two_nodes_learn_cartpole_with_one_evaluator_and_stop_together(tmp_path):
     run_dir = tmp_path / "run"
@@ -73,6 +80,10 @@ def test_two_nodes_learn_cartpole_with_one_evaluator_and_stop_together(tmp_path)
     steps = [load_checkpoint(d / "checkpoints" / "latest.pt")["global_step"] for d in (head, other)]
     local = [pd.read_csv(d / "episodes.csv")["episode_length"].sum() for d in (head, other)]
     assert min(steps) >= 0.9 * sum(local)
+    # Each node plays games of its own: with one node's seeds on both, the first games (before
+    # a sync round mixes the weights) are the same ones, and their summed updates count them twice.
+    first = [pd.read_csv(d / "episodes.csv")["episode_length"].head(10).tolist() for d in (head, other)]
+    assert first[0] != first[1]
     whole = load_run(run_dir)  # what plot and the notebook read: the run as one
     assert len(whole["eval"]) == len(evals) and set(whole["episodes"]["node"]) == {head.name, other.name}
     assert whole["progress"]["global_step"].max() >= min(steps) - 2000
