@@ -35,6 +35,7 @@ import pandas as pd
 from benchlib import EXPERIMENTS, RUNS, header, load_config, markdown_table, results_dir, run_trainer
 
 WINDOW = 100  # training episodes in the final mean, as the Atari literature reports
+FAILED = "bench-failed"  # marks a run the report leaves out
 
 
 def main():
@@ -78,6 +79,8 @@ def run_game(game: str, seed: int, args, root: Path) -> None:
     code = run_trainer(["--env", env_id, *shlex.split(args.extra_flags), "--seed", seed, "--max-steps", args.steps,
                         "--no-progress", "--run-dir", run_dir])
     if code != 0 or not (run_dir / "progress.csv").is_file():
+        if run_dir.is_dir():
+            (run_dir / FAILED).write_text(f"the trainer ended with exit {code}\n")  # the report leaves it out
         print(f"{game} seed {seed}: the trainer failed (exit {code}); see {run_dir}", flush=True)
         return
     if args.no_reference:
@@ -133,14 +136,15 @@ def curve(episodes: pd.DataFrame, points: int = 400) -> pd.DataFrame:
     to about `points` rows."""
     table = pd.DataFrame({"minutes": episodes["time_s"] / 60,
                           "train_mean": episodes["episode_return"].rolling(WINDOW, min_periods=10).mean()}).dropna()
-    return table.iloc[::max(1, len(table) // points)]
+    every = max(1, len(table) // points)
+    return table.iloc[[*range(0, len(table) - 1, every), len(table) - 1]] if len(table) else table
 
 
 def gather(root: Path, config: dict, curves: Path) -> list[dict]:
     """Rows of every finished run of this name, their curves written under `curves`."""
     rows = []
     curves.mkdir(parents=True, exist_ok=True)
-    for run_dir in sorted(p for p in root.glob("*-s*") if (p / "progress.csv").is_file()):
+    for run_dir in sorted(p for p in root.glob("*-s*") if (p / "progress.csv").is_file() and not (p / FAILED).exists()):
         game = run_dir.name.split("-")[2]
         rows.append(ours_row(run_dir, game, config))
         curve(pd.read_csv(run_dir / "episodes.csv")).to_csv(curves / f"{run_dir.name}.csv", index=False)
@@ -153,13 +157,13 @@ def gather(root: Path, config: dict, curves: Path) -> list[dict]:
 
 
 def earlier_rows(table: Path, rows: list[dict]) -> list[dict]:
-    """Rows of the committed table whose runs are not on this machine: games run in other
-    sessions stay in the table (and their committed curves in the figure)."""
+    """Rows of the committed table for games and seeds with no run on this machine: games run in
+    other sessions stay in the table (and their committed curves in the figure). A game and seed
+    run here replaces both of its committed rows, so a PPO row never sits beside another run's."""
     if not table.is_file():
         return []
-    here = {(r["game"], r["agent"], r["seed"]) for r in rows}
-    kept = [row for row in pd.read_csv(table).to_dict("records")
-            if (row["game"], row["agent"], row["seed"]) not in here]
+    here = {(r["game"], r["seed"]) for r in rows}
+    kept = [row for row in pd.read_csv(table).to_dict("records") if (row["game"], row["seed"]) not in here]
     for row in kept:
         for key in ("best_eval", "last_eval"):
             row[key] = "-" if row[key] in ("-", None) or pd.isna(row[key]) else float(row[key])
