@@ -201,7 +201,7 @@ def cartpole(args: argparse.Namespace) -> None:
              "--eval-episodes", "5", "--eval-interval", "5", "--max-seconds", "600", "--no-progress"]
     rows = []
     for seed in (0, 1, 2):
-        for layout in LAYOUTS:
+        for layout in args.layouts:
             run_dir = RUNS / "multinode-cartpole" / f"s{seed}-{layout.replace(' ', '-')}-{time.time_ns()}"
             node_dirs = run_layout(layout, args, [*flags, "--seed", str(seed)], run_dir)
             evals = max((pd.read_csv(d / "eval.csv") for d in node_dirs if (d / "eval.csv").is_file()), key=len)
@@ -216,7 +216,7 @@ def cartpole(args: argparse.Namespace) -> None:
     out_dir = results_dir("multinode")
     write_csv(out_dir / "pinned-cartpole.csv", rows)
     summary = []
-    for layout in LAYOUTS:
+    for layout in args.layouts:
         steps = [float(r["steps_to_195"]) for r in rows if r["layout"] == layout]
         seconds = [float(r["seconds_to_195"]) for r in rows if r["layout"] == layout]
         summary.append({"layout": layout, "seeds_reaching_195": sum(not math.isnan(v) for v in steps),
@@ -250,7 +250,7 @@ def pong(args: argparse.Namespace) -> None:
              "--max-steps", str(PONG_CHECKPOINTS[-1]), "--eval-interval", "120", "--eval-episodes", "3",
              "--no-progress"]
     rows = []
-    for layout in LAYOUTS:
+    for layout in args.layouts:
         run_dir = RUNS / "multinode-pong" / f"{layout.replace(' ', '-')}-{time.time_ns()}"
         started = time.monotonic()
         node_dirs = run_layout(layout, args, flags, run_dir)
@@ -275,6 +275,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sync-interval", type=float, default=0.5)
     parser.add_argument("--learning", choices=("cartpole", "pong"), help="learning per layout instead of throughput")
+    parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS),
+                        help="with --learning: the layouts to run (e.g. only nodes, to try a --sync-interval)")
     args = parser.parse_args()
     if args.nodes < 2 or args.workers < 1:
         parser.error("--nodes must be at least 2 and --workers at least 1")
