@@ -37,6 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchlib import REPO, RUNS, header, load_config, markdown_table, results_dir
+from hogwild_a3c.syncer import free_port
 
 LAYOUTS = ("one node", "nodes")
 # Throughput also runs N single-machine trainers at once, each pinned as a node is and syncing
@@ -44,12 +45,6 @@ LAYOUTS = ("one node", "nodes")
 # independent / one node what confining each node to its own cores costs.
 THROUGHPUT_LAYOUTS = ("one node", "nodes", "independent")
 PONG_CHECKPOINTS = (250_000, 500_000, 750_000, 1_000_000)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def listening(port: int) -> bool:
