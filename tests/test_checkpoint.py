@@ -57,9 +57,21 @@ def test_resume_with_more_workers_gives_new_slots_an_old_workers_statistics(tmp_
     assert train.main(["--resume", str(run_dir), "--num-workers", "2", "--max-steps", "3000", "--no-progress"]) == 0
     after = load_checkpoint(run_dir / "checkpoints" / "latest.pt")
     assert len(after["optimizer"]["states"]) == 2 and after["global_step"] >= 3000
+    # Whether the new worker got an update in before the budget ran out is up to the scheduler;
+    # that its statistics started as the old worker's is not: restore into two slots directly.
     old = int(before["optimizer"]["states"][0]["step"][0])
-    assert all(int(state["step"][0]) > old for state in after["optimizer"]["states"])
+    assert all(int(state["step"][0]) >= old for state in after["optimizer"]["states"])
     assert last_session(run_dir)["num_workers"] == 2
+    from hogwild_a3c.config import config_from_dict
+
+    cfg = config_from_dict(json.loads((run_dir / "config.json").read_text()), "config.json")
+    info = describe_env(cfg.env)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 2, cfg.optimizer, cfg.lr)
+    restore_training(shared, before)
+    saved = before["optimizer"]["states"][0]
+    for state in shared.optimizer_states:
+        assert torch.equal(state["step"], saved["step"])
+        assert all(torch.equal(a, b) for a, b in zip(state["exp_avg_sq"], saved["exp_avg_sq"]))
 
 
 def test_resume_with_shared_adam_continues_its_one_set_of_statistics(tmp_path):
