@@ -112,6 +112,9 @@ class Config:
     # Evaluation and logging
     eval_interval: float = _run(60.0, "seconds between evaluations of the shared policy")
     eval_episodes: int = _opt(5, "episodes per evaluation; 0 starts no evaluator", resumable=True)
+    eval_nice: int = _run(0, "how much lower the evaluator's scheduling priority is than the workers' (os.nice, 0-19): "
+                             "higher leaves the workers more of busy cores, and its episodes take longer; "
+                             "--num-workers 0 plays them in the main process, at its priority")
     progress_interval: float = _run(5.0, "seconds between progress.csv rows")
     checkpoint_interval: float = _run(300.0, "seconds between checkpoints/latest.pt saves")
     keep_checkpoints: int = _run(3, "numbered checkpoints kept besides latest.pt and best.pt")
@@ -324,6 +327,8 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
             need(getattr(cfg, f.name) in choices, f.name, _one_of(choices), getattr(cfg, f.name))
     need(cfg.eval_interval > 0, "eval_interval", "a positive number of seconds", cfg.eval_interval)
     need(cfg.eval_episodes >= 0, "eval_episodes", "an integer >= 0", cfg.eval_episodes)
+    need(0 <= cfg.eval_nice <= 19, "eval_nice", "an integer from 0 to 19", cfg.eval_nice)
+    need(cfg.eval_nice == 0 or hasattr(os, "nice"), "eval_nice", "0 where os.nice does not exist", cfg.eval_nice)
     need(cfg.progress_interval > 0, "progress_interval", "a positive number of seconds", cfg.progress_interval)
     need(cfg.checkpoint_interval > 0, "checkpoint_interval", "a positive number of seconds", cfg.checkpoint_interval)
     need(cfg.keep_checkpoints >= 1, "keep_checkpoints", "an integer >= 1", cfg.keep_checkpoints)

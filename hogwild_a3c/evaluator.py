@@ -7,6 +7,7 @@ supervisor restarts it when it dies.
 """
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -140,6 +141,9 @@ def evaluator_main(
     from .process import run_child
 
     def body() -> None:
+        if cfg.eval_nice > 0:
+            # Busy cores then serve the workers first; what it plays is the same policy, only later.
+            os.nice(cfg.eval_nice)
         # make_env registers the ALE ids when the env needs them, as in the worker.
         run_evaluator(cfg, env_info, links.evaluator_link(), run_dir, best_return, seed)
 

@@ -15,8 +15,14 @@ EPISODES_COLUMNS = ("time_s", "global_step", "worker", "episode_return", "episod
 EVAL_COLUMNS = ("time_s", "global_step", "episode_return", "episode_length")
 PROGRESS_COLUMNS = (
     "time_s", "global_step", "steps_per_s", "policy_loss", "value_loss", "entropy", "grad_norm",
-    "updates", "skipped_updates", "env_errors", "worker_restarts", "worker_rss_mb",
+    "updates", "skipped_updates", "env_errors", "worker_restarts", "worker_rss_mb", "eval_cpu_share",
 )
+# Headers that earlier versions wrote, each a prefix of this version's: resuming such a run adds
+# the new columns to the file (`upgrade_schema`), empty in the rows already there.
+EARLIER_SCHEMAS = {"progress.csv": (
+    ("time_s", "global_step", "steps_per_s", "policy_loss", "value_loss", "entropy", "grad_norm",
+     "updates", "skipped_updates", "env_errors", "worker_restarts", "worker_rss_mb"),  # before eval_cpu_share
+)}
 SCHEMAS = {"episodes.csv": EPISODES_COLUMNS, "eval.csv": EVAL_COLUMNS, "progress.csv": PROGRESS_COLUMNS}
 
 
@@ -41,9 +47,23 @@ class CsvSchemaError(ValueError):
     """An existing CSV file whose header is not the one this version writes."""
 
 
-def complete_length(path: str | os.PathLike, columns: Iterable[str]) -> tuple[int, int]:
+def read_header(path: str | os.PathLike) -> tuple[str, ...]:
+    """The header of an existing CSV; () for a missing one or one without a whole first line."""
+    path = Path(path)
+    if not path.is_file():
+        return ()
+    with open(path, "rb") as handle:
+        first = handle.readline()
+    if not first.endswith(b"\n"):
+        return ()
+    return tuple(next(csv.reader([first.decode(errors="replace").rstrip("\r\n")]), ()))
+
+
+def complete_length(path: str | os.PathLike, columns: Iterable[str], earlier: Iterable[tuple[str, ...]] = ()
+                    ) -> tuple[int, int]:
     """(bytes up to the end of the last complete line, bytes after it) of an existing CSV, after
-    checking its header; (0, 0) for a missing or empty file. Reads only; raises CsvSchemaError.
+    checking its header (this version's, or one of `earlier` ones, which `upgrade_schema` turns into
+    this version's); (0, 0) for a missing or empty file. Reads only; raises CsvSchemaError.
 
     A line cut by a crash (power loss, `kill -9` mid-write) has no newline: appending to it
     would glue the next row onto it and break every reader of the file for good."""
@@ -56,12 +76,55 @@ def complete_length(path: str | os.PathLike, columns: Iterable[str]) -> tuple[in
     if keep == 0:  # not even the header is whole: start the file again
         return 0, len(data)
     header = tuple(next(csv.reader([data[:keep].split(b"\n", 1)[0].decode(errors="replace")]), ()))
-    if header != columns:
+    if header != columns and header not in tuple(earlier):
         raise CsvSchemaError(
             f"{path}: its header {','.join(header)} is not this version's {','.join(columns)}; "
             "appending would mix schemas, so the file was left as it is"
         )
     return keep, len(data) - keep
+
+
+def rows_to_upgrade(path: str | os.PathLike, columns: Iterable[str], keep_bytes: int) -> list[list[str]] | None:
+    """The complete rows (up to `keep_bytes`) of a CSV written under an earlier header, a prefix of
+    `columns`, padded with empty new columns; None if it has this version's header or no file.
+    Reads only; a row whose field count is not its header's raises CsvSchemaError."""
+    path = Path(path)
+    columns = tuple(columns)
+    header = read_header(path)
+    if not header or header == columns:
+        return None
+    if columns[: len(header)] != header:
+        raise CsvSchemaError(f"{path}: its header {','.join(header)} does not begin this version's {','.join(columns)}")
+    lines = path.read_bytes()[:keep_bytes].decode(errors="replace").splitlines()[1:]
+    rows = list(csv.reader(lines))
+    ragged = next((n for n, row in enumerate(rows, start=2) if len(row) != len(header)), None)
+    if ragged is not None:
+        raise CsvSchemaError(f"{path}: line {ragged} has {len(rows[ragged - 2])} fields where its header has "
+                             f"{len(header)}; the file was left as it is")
+    padding = [""] * (len(columns) - len(header))
+    return [row + padding for row in rows]
+
+
+def upgrade_schema(path: str | os.PathLike, columns: Iterable[str], rows: list[list[str]]) -> None:
+    """Rewrite a CSV as `columns` and `rows` (from `rows_to_upgrade`). Atomic (a temp file,
+    fsynced, renamed over it): a crash leaves the old file whole."""
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        with writing(path):
+            with open(tmp, "w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(tuple(columns))
+                writer.writerows(rows)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+    except WriteError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
 
 
 class CsvLog:

@@ -120,3 +120,51 @@ def rss_mb(pid: int) -> float:
     except OSError:
         pass
     return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds a process has used (Linux /proc); NaN where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # The command name is in parentheses and may hold spaces: count fields after its ')'.
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+class CpuShare:
+    """The evaluator's share of the CPU time the workers and the evaluator used between two calls:
+    how much of what training got went to playing evaluation episodes (progress.csv's
+    eval_cpu_share; the main process and a syncer are not counted).
+
+    Per pid, so that a restarted child (a new pid) counts from its start and not against its
+    predecessor's total; a child that died between two calls loses its last interval."""
+
+    def __init__(self) -> None:
+        self.seen: dict[int, float] = {}
+
+    def _used_since(self, pids: list[int]) -> float:
+        used = 0.0
+        for pid in pids:
+            now = cpu_seconds(pid)
+            if now != now:  # NaN: gone, or no /proc here
+                continue
+            used += max(0.0, now - self.seen.get(pid, 0.0))  # a reused pid must not count negative time
+            self.seen[pid] = now
+        return used
+
+    def sample(self, worker_pids: list[int], evaluator_pid: int | None) -> float:
+        """Evaluator CPU / (workers' + evaluator's CPU) since the last call; NaN with no evaluator
+        of its own process or nothing measured."""
+        evaluators = [evaluator_pid] if evaluator_pid is not None and evaluator_pid not in worker_pids else []
+        alive = set(worker_pids) | set(evaluators)
+        self.seen = {pid: seconds for pid, seconds in self.seen.items() if pid in alive}
+        # The workers' totals move on every call, so that a row with no evaluator (one restarting)
+        # does not leave two intervals of their time to the next row.
+        training = self._used_since(worker_pids)
+        if not evaluators:
+            return float("nan")
+        evaluating = self._used_since(evaluators)
+        total = evaluating + training
+        return evaluating / total if total > 0 else float("nan")

@@ -20,12 +20,16 @@ from typing import Any
 from .config import Config
 from .files import Reserve, WriteError, describe_failure, writing
 from .logs import (
+    EARLIER_SCHEMAS,
     EPISODES_COLUMNS,
     EVAL_COLUMNS,
     PROGRESS_COLUMNS,
     CsvLog,
     complete_length,
+    read_header,
     rewrite_json_in_place,
+    rows_to_upgrade,
+    upgrade_schema,
     write_json,
 )
 from .rundir import new_meta, now_iso, versions
@@ -141,7 +145,10 @@ class Recorder:
         self.reserve = None
         # Check every CSV before touching any: a foreign header stops the run with nothing written.
         files = {"episodes": EPISODES_COLUMNS, "eval": EVAL_COLUMNS, "progress": PROGRESS_COLUMNS}
-        plans = {name: complete_length(run_dir / f"{name}.csv", columns) for name, columns in files.items()}
+        plans = {name: complete_length(run_dir / f"{name}.csv", columns, EARLIER_SCHEMAS.get(f"{name}.csv", ()))
+                 for name, columns in files.items()}
+        upgrades = {name: (read_header(run_dir / f"{name}.csv"), rows) for name, columns in files.items()
+                    if (rows := rows_to_upgrade(run_dir / f"{name}.csv", columns, plans[name][0])) is not None}
         self.logger = logging.getLogger(f"hogwild_a3c.run.{id(self)}")
         self.logger.setLevel(logging.INFO)
         self.logger.propagate = False
@@ -156,6 +163,11 @@ class Recorder:
                 if cut:
                     self.log(f"{name}.csv: its last line was cut ({cut} bytes, no newline); "
                              "dropped it before appending")
+            for name, (before, rows) in upgrades.items():
+                upgrade_schema(run_dir / f"{name}.csv", files[name], rows)
+                plans[name] = complete_length(run_dir / f"{name}.csv", files[name])
+                self.log(f"{name}.csv: written by an earlier version; added the column(s) "
+                         f"{', '.join(files[name][len(before):])}, empty in the rows already there")
             for name, (keep, _) in plans.items():
                 with writing(run_dir / f"{name}.csv"):
                     self.csv[name] = CsvLog(run_dir / f"{name}.csv", files[name], keep)

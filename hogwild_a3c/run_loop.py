@@ -20,7 +20,7 @@ from .checkpoint import CheckpointError, Progress, save_checkpoint, training_pay
 from .config import Config
 from .files import DirectoryWatch
 from .messages import ChildRaised, EpisodeEnded, Evaluated, Message, WriteFailed
-from .process import rss_mb
+from .process import CpuShare, rss_mb
 from .recorder import Recorder
 from .shared import STAT, SharedState
 from .stop_policy import EXIT_FAILED, StopPolicy
@@ -68,6 +68,7 @@ class RunLoop:
         self.latest_eval: float | None = None
         self.rate = 0.0
         self.rate_from = (time.monotonic(), shared.global_step())
+        self.cpu_share = CpuShare()
         self.warned_dead_lstm = False
         self.files_failure: str | None = None
         self.children: Any = None  # set by run_training once the supervisor has made them
@@ -117,9 +118,13 @@ class RunLoop:
         active = stats[stats[:, STAT["updates"]] > 0]
         means = {name: float(active[:, STAT[name]].mean()) if len(active) else float("nan")
                  for name in ("policy_loss", "value_loss", "entropy", "grad_norm")}
-        rss = [rss_mb(pid) for pid in self.children.worker_pids()] if self.children is not None else []
+        workers = self.children.worker_pids() if self.children is not None else []
+        rss = [rss_mb(pid) for pid in workers]
+        evaluator = self.children.evaluator_pid() if self.children is not None else None
+        eval_share = self.cpu_share.sample(workers, evaluator)
         self.recorder.progress(time_s=self.clock.time_s(), global_step=step, steps_per_s=self.rate, **means,
-                               **self.counters(), worker_rss_mb=float(np.mean(rss)) if rss else float("nan"))
+                               **self.counters(), worker_rss_mb=float(np.mean(rss)) if rss else float("nan"),
+                               eval_cpu_share=eval_share)
         if not self.policy.stopping:
             self.policy.check_weights(self.shared.snapshot_weights())
             self.policy.check_learning(self.shared.worker_stats)

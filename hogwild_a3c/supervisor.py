@@ -4,7 +4,7 @@ the restart policy, and stops them.
 `ProcessChildren` runs the workers and the evaluator as processes; `InProcessChildren` runs one
 worker and the evaluator inside the main process (serial mode: exactly repeatable, debuggable
 with pdb). The training loop in `training.py` drives either through the same methods:
-`start`, `advance`, `messages`, `check`, `stop`, `worker_pids`.
+`start`, `advance`, `messages`, `check`, `stop`, `worker_pids`, `evaluator_pid`.
 
 Restart policy: a dead worker stops the run, unless `--max-worker-restarts` allows restarting it
 (it keeps its step counter and Adam statistics, which live in shared memory). A dead evaluator
@@ -196,6 +196,11 @@ class ProcessChildren(_Children):
             return []
         return [c.process.pid for c in self.children if c.role is Role.WORKER and c.process.is_alive()]
 
+    def evaluator_pid(self) -> int | None:
+        if self.stopping:
+            return None
+        return next((c.process.pid for c in self.children if c.role is Role.EVALUATOR and c.process.is_alive()), None)
+
     def check(self) -> None:
         """Deaths first (a dead child's last reports are read before it is judged), then stalls."""
         if self.stopping:  # children exiting now are doing what they were told, not failing
@@ -310,6 +315,9 @@ class InProcessChildren(_Children):
 
     def worker_pids(self) -> list[int]:
         return [os.getpid()]
+
+    def evaluator_pid(self) -> int | None:
+        return None  # it plays in this process, between rollouts: no share of its own to measure
 
     def check(self) -> None:
         pass  # an exception in this process reaches the training loop directly

@@ -17,7 +17,7 @@ def test_a_session_is_recorded_in_every_file(tmp_path):
     recorder.evaluation(2.0, 120, ((10.0, 10), (12.0, 12)), 11.0)
     recorder.progress(time_s=3.0, global_step=200, steps_per_s=50.0, policy_loss=0.1, value_loss=0.2, entropy=0.6,
                       grad_norm=1.0, updates=10, skipped_updates=0, env_errors=0, worker_restarts=0,
-                      worker_rss_mb=100.0)
+                      worker_rss_mb=100.0, eval_cpu_share=0.1)
     recorder.child_pids({"worker 0": 1234})
     recorder.log("worker 0 was killed by signal 9; restarting it (1/1)")
     recorder.error("worker 0 stalled: no progress for 130 s")
@@ -51,6 +51,65 @@ def test_a_foreign_csv_stops_the_recorder_before_it_writes_anything(tmp_path):
     with pytest.raises(CsvSchemaError):
         Recorder(tmp_path, Config(env="CartPole-v1", num_workers=1), None, [], session=0, global_step=0)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["progress.csv"]
+
+
+def test_a_progress_csv_of_an_earlier_version_gets_the_new_columns_and_keeps_its_rows(tmp_path):
+    from hogwild_a3c.logs import EARLIER_SCHEMAS, PROGRESS_COLUMNS
+
+    earlier = EARLIER_SCHEMAS["progress.csv"][-1]
+    old_row = ",".join(str(i) for i in range(len(earlier)))
+    # A run of the earlier version, killed while writing its last row.
+    (tmp_path / "progress.csv").write_text(",".join(earlier) + "\n" + old_row + "\n" + "99,1")
+    recorder = Recorder(tmp_path, Config(env="CartPole-v1", num_workers=1), None, [], session=1, global_step=10)
+    recorder.progress(**{name: 7.0 for name in PROGRESS_COLUMNS})
+    recorder.close()
+    table = pd.read_csv(tmp_path / "progress.csv")
+    assert tuple(table.columns) == PROGRESS_COLUMNS
+    assert table.iloc[0, : len(earlier)].tolist() == list(range(len(earlier)))  # the old row, as it was
+    assert table.iloc[0, len(earlier):].isna().all()  # with the new columns empty
+    assert (table.iloc[1] == 7.0).all() and len(table) == 2  # the cut line dropped, the new row after
+    added = ", ".join(PROGRESS_COLUMNS[len(earlier):])
+    assert f"added the column(s) {added}" in (tmp_path / "train.log").read_text()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_an_earlier_progress_csv_as_csv_writer_wrote_it_or_with_no_rows_is_upgraded(tmp_path):
+    import csv
+
+    from hogwild_a3c.logs import EARLIER_SCHEMAS, PROGRESS_COLUMNS
+
+    earlier = EARLIER_SCHEMAS["progress.csv"][-1]
+    for rows in ([], [[str(i) for i in range(len(earlier))], ["0.5"] * len(earlier)]):
+        run_dir = tmp_path / f"rows{len(rows)}"
+        run_dir.mkdir()
+        with open(run_dir / "progress.csv", "w", newline="") as f:  # \r\n line ends, as the trainer writes
+            csv.writer(f).writerows([earlier, *rows])
+        Recorder(run_dir, Config(env="CartPole-v1", num_workers=1), None, [], session=1, global_step=0).close()
+        table = pd.read_csv(run_dir / "progress.csv")
+        assert tuple(table.columns) == PROGRESS_COLUMNS and len(table) == len(rows)
+        assert table.iloc[:, : len(earlier)].astype(float).values.tolist() == [[float(v) for v in r] for r in rows]
+
+
+def test_an_earlier_progress_csv_with_a_ragged_row_is_refused_before_anything_is_written(tmp_path):
+    from hogwild_a3c.logs import EARLIER_SCHEMAS
+
+    text = ",".join(EARLIER_SCHEMAS["progress.csv"][-1]) + "\n1,2,3\n"
+    (tmp_path / "progress.csv").write_text(text)
+    with pytest.raises(CsvSchemaError, match="line 2 has 3 fields"):
+        Recorder(tmp_path, Config(env="CartPole-v1", num_workers=1), None, [], session=1, global_step=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["progress.csv"]
+    assert (tmp_path / "progress.csv").read_text() == text
+
+
+def test_an_earlier_progress_csv_is_left_alone_when_another_file_is_foreign(tmp_path):
+    from hogwild_a3c.logs import EARLIER_SCHEMAS
+
+    text = ",".join(EARLIER_SCHEMAS["progress.csv"][-1]) + "\n"
+    (tmp_path / "progress.csv").write_text(text)
+    (tmp_path / "eval.csv").write_text("step,loss\n1,2\n")
+    with pytest.raises(CsvSchemaError):
+        Recorder(tmp_path, Config(env="CartPole-v1", num_workers=1), None, [], session=1, global_step=0)
+    assert (tmp_path / "progress.csv").read_text() == text
 
 
 def test_last_time_s_reads_the_last_complete_row(tmp_path):

@@ -39,6 +39,9 @@ class Children:
     def worker_pids(self):
         return []
 
+    def evaluator_pid(self):
+        return None
+
     def stop(self, deliver, fast):
         self.calls.append("stop")
 

@@ -1,5 +1,6 @@
 """The supervisor with real child processes: restart policy, Adam statistics kept across a
 restart, stall reports from the heartbeat slots, and a stop that leaves no process."""
+import math
 import os
 import signal
 import time
@@ -84,3 +85,32 @@ def test_restart_budget():
     budget = RestartBudget(2)
     assert budget.take() and budget.take() and not budget.take()
     assert budget.used == 2
+
+
+def _spender(seconds_of_cpu):
+    """A process that burns `seconds_of_cpu` of CPU, says so, then sleeps until killed."""
+    import subprocess
+    import sys
+
+    code = (f"import time\nwhile time.process_time() < {seconds_of_cpu}: pass\n"
+            "print('done', flush=True)\ntime.sleep(600)\n")
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def test_cpu_share_is_the_evaluators_part_of_the_childrens_cpu_time():
+    from hogwild_a3c.process import CpuShare
+
+    busy, idle = _spender(0.6), _spender(0.0)
+    try:
+        share = CpuShare()
+        share.sample([idle.pid], busy.pid)  # from here on
+        assert busy.stdout.readline() == "done\n" and idle.stdout.readline() == "done\n"
+        assert share.sample([idle.pid], busy.pid) > 0.8  # the evaluator did nearly all the work
+        other_way = CpuShare()
+        assert other_way.sample([busy.pid], idle.pid) < 0.2  # counted from each process's start
+        assert math.isnan(CpuShare().sample([busy.pid], None))  # no evaluator of its own: nothing to say
+    finally:
+        busy.kill()
+        idle.kill()
+        busy.wait()
+        idle.wait()

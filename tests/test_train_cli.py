@@ -190,3 +190,39 @@ def test_wandb_leaves_a_users_own_run_active(tmp_path, monkeypatch):
         wandb.teardown()
     (log,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
     assert b"after_training" in log.read_bytes()
+
+
+def test_the_evaluator_runs_at_the_priority_asked_and_its_cpu_share_is_logged(tmp_path):
+    from tests.helpers import finish, start_run, wait_for
+
+    run_dir = tmp_path / "run"
+    proc = start_run(run_dir, "--num-workers", "1", "--eval-nice", "7", "--eval-interval", "0.5",
+                     "--eval-episodes", "1", "--max-steps", "100000000")
+
+    def evaluator_pid():
+        try:
+            return json.loads((run_dir / "meta.json").read_text())["sessions"][-1]["pids"]["evaluator"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    try:
+        # An evaluation written: the evaluator is past its start-up, where it lowers its priority.
+        wait_for(lambda: evaluator_pid() is not None and (run_dir / "eval.csv").is_file()
+                 and len(pd.read_csv(run_dir / "eval.csv")) > 0, what="an evaluation", proc=proc)
+        with open(f"/proc/{evaluator_pid()}/stat") as f:
+            nice = int(f.read().rsplit(")", 1)[1].split()[16])
+        assert nice == min(19, os.nice(0) + 7)  # the kernel caps it at 19
+        wait_for(lambda: (run_dir / "progress.csv").is_file()
+                 and pd.read_csv(run_dir / "progress.csv")["eval_cpu_share"].between(0, 1).sum() >= 2,
+                 what="progress rows with the evaluator's share", proc=proc)
+    finally:
+        proc.send_signal(2)
+        finish(proc)
+
+
+def test_eval_nice_outside_0_to_19_is_one_line_naming_the_flag(tmp_path, capsys):
+    from tests.helpers import one_error_line
+
+    assert train.main([*TINY, "--eval-nice", "20", "--run-dir", str(tmp_path / "r")]) == 2
+    assert "--eval-nice must be an integer from 0 to 19 (got 20)" in one_error_line(capsys)
+    assert not (tmp_path / "r").exists()
