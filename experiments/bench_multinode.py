@@ -45,6 +45,7 @@ LAYOUTS = ("one node", "nodes")
 # independent / one node what confining each node to its own cores costs.
 THROUGHPUT_LAYOUTS = ("one node", "nodes", "independent")
 PONG_CHECKPOINTS = (250_000, 500_000, 750_000, 1_000_000)
+TRAIN_WINDOW = 20  # CartPole: training episodes in the mean that must reach 195
 
 
 def listening(port: int) -> bool:
@@ -98,7 +99,8 @@ def run_layout(layout: str, args: argparse.Namespace, flags: list[str], run_dir:
         command = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={args.nodes}", "--nproc-per-node=1",
                    "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--local-addr=127.0.0.1",
                    f"--rdzv-id=bench-{port}", "-m", "hogwild_a3c.train", "--num-workers", str(args.workers),
-                   "--sync-interval", str(args.sync_interval), *flags, "--run-dir", str(run_dir)]
+                   "--sync-interval", str(args.sync_interval), "--sync-mode", args.sync_mode, *flags,
+                   "--run-dir", str(run_dir)]
         agents.append(subprocess.Popen(command, env={**env, "HOGWILD_NODE_NAME": f"node{node}"},
                                        preexec_fn=pinned_to(None if groups is None else groups[node]),
                                        **logged(f"agent{node}")))
@@ -133,7 +135,8 @@ def describe_layouts(args: argparse.Namespace) -> dict:
                f"1 node on cores {[c for g in groups for c in g]}; node i on cores "
                + ", ".join(f"{i}: {g}" for i, g in enumerate(groups)))
     return {"layouts": f"1 node x {args.nodes * args.workers} workers against {args.nodes} separate torchrun agents "
-                       f"x {args.workers} worker(s) (loopback c10d, sync every {args.sync_interval:g} s)",
+                       f"x {args.workers} worker(s) (loopback c10d, sync every {args.sync_interval:g} s, "
+                       f"--sync-mode {args.sync_mode})",
             "pinning": pinning + " (sched_setaffinity, as taskset -c)",
             "seeds": "each node's workers are seeded apart (worker_seed mixes in the node's rank)"}
 
@@ -195,14 +198,21 @@ def cartpole(args: argparse.Namespace) -> None:
     flags = ["--env", "CartPole-v1", "--lr", "1e-3", "--lstm-size", "64", "--target-return", "195",
              "--eval-episodes", "5", "--eval-interval", "5", "--max-seconds", "600", "--no-progress"]
     rows = []
-    for seed in (0, 1, 2):
+    for seed in args.seeds:
         for layout in args.layouts:
             run_dir = RUNS / "multinode-cartpole" / f"s{seed}-{layout.replace(' ', '-')}-{time.time_ns()}"
             node_dirs = run_layout(layout, args, [*flags, "--seed", str(seed)], run_dir)
             evals = max((pd.read_csv(d / "eval.csv") for d in node_dirs if (d / "eval.csv").is_file()), key=len)
             means = evals.groupby(["global_step", "time_s"], sort=False)["episode_return"].mean().reset_index()
             reached = means[means["episode_return"] >= 195]
+            # Every node's training episodes in global-step order: as fine-grained as the episodes,
+            # where evaluations every 5 s round the step they reach 195 up by up to 5 s of steps.
+            episodes = pd.concat([pd.read_csv(d / "episodes.csv") for d in node_dirs if (d / "episodes.csv").is_file()],
+                                 ignore_index=True).sort_values("global_step")
+            trained = episodes[episodes["episode_return"].rolling(TRAIN_WINDOW).mean() >= 195]
             row = {"seed": seed, "layout": layout,
+                   f"train_mean_{TRAIN_WINDOW}_steps_to_195":
+                       int(trained["global_step"].iloc[0]) if len(trained) else float("nan"),
                    "steps_to_195": int(reached["global_step"].iloc[0]) if len(reached) else float("nan"),
                    "seconds_to_195": float(reached["time_s"].iloc[0]) if len(reached) else float("nan")}
             print(row, flush=True)
@@ -214,10 +224,15 @@ def cartpole(args: argparse.Namespace) -> None:
     for layout in args.layouts:
         steps = [float(r["steps_to_195"]) for r in rows if r["layout"] == layout]
         seconds = [float(r["seconds_to_195"]) for r in rows if r["layout"] == layout]
+        trained = [float(r[f"train_mean_{TRAIN_WINDOW}_steps_to_195"]) for r in rows if r["layout"] == layout]
         summary.append({"layout": layout, "seeds_reaching_195": sum(not math.isnan(v) for v in steps),
+                        f"median_train_mean_{TRAIN_WINDOW}_steps_to_195": finite_median(trained),
                         "median_steps_to_195": finite_median(steps), "median_seconds_to_195": finite_median(seconds)})
     text = header("CartPole-v1 to 195 on pinned cores", command_line(), {
-        **describe_layouts(args), "flags": " ".join(flags) + ", seeds 0 1 2"})
+        **describe_layouts(args), "flags": " ".join(flags) + f", seeds {' '.join(map(str, args.seeds))}",
+        f"train_mean_{TRAIN_WINDOW}": f"the first global step where the mean of the last {TRAIN_WINDOW} training "
+                                      "episodes (every node's, in global-step order) reached 195",
+        "steps_to_195": "the global step of the first evaluation (5 episodes, every 5 s) whose mean reached 195"})
     text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table(summary, list(summary[0]))
     (out_dir / "pinned-cartpole.md").write_text(text)
     print(text)
@@ -241,18 +256,21 @@ def at_checkpoints(node_dirs: list[Path]) -> dict:
 
 def pong(args: argparse.Namespace) -> None:
     config = load_config("throughput")
-    flags = ["--env", config["env"], "--env-kwargs", *config["env_kwargs"], "--seed", "0",
+    flags = ["--env", config["env"], "--env-kwargs", *config["env_kwargs"],
              "--max-steps", str(PONG_CHECKPOINTS[-1]), "--eval-interval", "120", "--eval-episodes", "3",
              "--no-progress"]
     rows = []
-    for layout in args.layouts:
-        run_dir = RUNS / "multinode-pong" / f"{layout.replace(' ', '-')}-{time.time_ns()}"
-        started = time.monotonic()
-        node_dirs = run_layout(layout, args, flags, run_dir)
-        rows.append({"layout": layout, **at_checkpoints(node_dirs), "minutes": (time.monotonic() - started) / 60})
-        print(rows[-1], flush=True)
+    for seed in args.seeds:
+        for layout in args.layouts:
+            run_dir = RUNS / "multinode-pong" / f"s{seed}-{layout.replace(' ', '-')}-{time.time_ns()}"
+            started = time.monotonic()
+            node_dirs = run_layout(layout, args, [*flags, "--seed", str(seed)], run_dir)
+            rows.append({"seed": seed, "layout": layout, **at_checkpoints(node_dirs),
+                         "minutes": (time.monotonic() - started) / 60})
+            print(rows[-1], flush=True)
     text = header("Pong, the first 1M agent steps on pinned cores", command_line(), {
-        **describe_layouts(args), "flags": " ".join(flags) + " (the rank-0 node evaluates, on its own cores)",
+        **describe_layouts(args), "flags": " ".join(flags) + f" --seed S, seeds {' '.join(map(str, args.seeds))} "
+                                                            "(the rank-0 node evaluates, on its own cores)",
         "train mean": "mean return of the last 50 training episodes up to that global step, every node's",
         "eval": "the latest evaluation mean (3 episodes, every 120 s) up to that global step: coarser than the "
                 "training mean, and as stale as the evaluation interval"})
@@ -269,10 +287,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=15.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sync-interval", type=float, default=0.5)
+    parser.add_argument("--sync-mode", choices=("sum", "avg"), default="sum")
+    parser.add_argument("--seeds", type=int, nargs="+", help="with --learning (default: 0 1 2 cartpole, 0 pong)")
     parser.add_argument("--learning", choices=("cartpole", "pong"), help="learning per layout instead of throughput")
     parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS),
                         help="with --learning: the layouts to run (e.g. only nodes, to try a --sync-interval)")
     args = parser.parse_args()
+    args.seeds = args.seeds or ([0] if args.learning == "pong" else [0, 1, 2])
     if args.nodes < 2 or args.workers < 1:
         parser.error("--nodes must be at least 2 and --workers at least 1")
     {"cartpole": cartpole, "pong": pong, None: throughput}[args.learning](args)

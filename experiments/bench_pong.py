@@ -87,6 +87,8 @@ def run_row(run_dir: Path, wall_s: float | None, target: float) -> dict:
         "steps_to_+18": int(at["global_step"]) if at is not None else "not reached",
         "median_steps_per_s": float(progress["steps_per_s"].median()),
         "eval_share_of_env_steps": eval_steps / max(1, eval_steps + train_steps),
+        # progress rows are evenly spaced in time, so their mean is the share over the run
+        "eval_cpu_share": float(progress["eval_cpu_share"].mean()) if "eval_cpu_share" in progress else "-",
         "evaluations": len(upto),
         "best_eval_mean": float(per_eval["mean"].max()) if len(per_eval) else float("nan"),
         "minutes_run": float(progress["time_s"].iloc[-1] / 60),

@@ -8,6 +8,10 @@ references measured in the same run with the same number of processes:
 
 Each cell is the median of --repeats measurements. Also reported: worker resident memory and the
 evaluator's CPU use while it waits between evaluations. Writes experiments/results/throughput/throughput[-TAG].{csv,md}.
+
+`--eval-nice N...` measures instead the trainer beside an evaluator that plays without pause, at each
+of those priorities (the first --envs-per-worker and --rollout-steps values), interleaved: the
+workers' steps/s against the evaluator's episodes and CPU share. Writes throughput-eval-nice[-TAG].md.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import time
 import pandas as pd
 
 from benchlib import RUNS, header, load_config, markdown_table, results_dir, run_trainer
+from hogwild_a3c.process import cpu_seconds  # benchlib put the repository on the path
 
 
 def _raw_env_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, warmup, barrier, out):
@@ -103,14 +108,11 @@ def measure_processes(target, workers, args):
     return sum(rates)
 
 
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False,
-                    preset="universe", rollout_steps=None):
+                    preset="universe", rollout_steps=None, busy_evaluator_nice=None):
+    """The trainer's steps/s after the warm-up; with `busy_evaluator_nice` an evaluator plays one
+    episode after another at that priority (the end of a long run, where episodes are long),
+    and the window's evaluations per minute and the evaluator's CPU share come back too."""
     run_dir = RUNS / "throughput" / f"{tag}-w{workers}-k{envs}-{int(time.time() * 1000)}"
     args = ["--env", env_id, "--preset", preset, "--num-workers", workers, "--envs-per-worker", envs, "--no-progress",
             "--progress-interval", 1, "--max-seconds", seconds + warmup + 15, "--run-dir", run_dir]
@@ -120,6 +122,8 @@ def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, wit
         args += ["--env-kwargs", *env_kwargs]
     if with_idle_evaluator:
         args += ["--eval-episodes", 1, "--eval-interval", 100000]
+    elif busy_evaluator_nice is not None:
+        args += ["--eval-episodes", 1, "--eval-interval", 0.01, "--eval-nice", busy_evaluator_nice]
     else:
         args += ["--eval-episodes", 0]
     evaluator_cpu = None
@@ -141,7 +145,15 @@ def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, wit
     start_time = started["time_s"].iloc[0] + warmup
     window = progress[progress["time_s"] >= start_time]
     steps = window["global_step"].iloc[-1] - window["global_step"].iloc[0]
-    rate = steps / (window["time_s"].iloc[-1] - window["time_s"].iloc[0])
+    span = window["time_s"].iloc[-1] - window["time_s"].iloc[0]
+    rate = steps / span
+    if busy_evaluator_nice is not None:
+        evals = pd.read_csv(run_dir / "eval.csv")
+        played = evals[evals["time_s"].between(window["time_s"].iloc[0], window["time_s"].iloc[-1])]
+        return rate, float(window["worker_rss_mb"].median()), None, {
+            "evaluations_per_min": 60 * len(played) / span,
+            "eval_steps_per_s": played["episode_length"].sum() / span,
+            "eval_cpu_share": float(window["eval_cpu_share"].mean())}
     return rate, float(window["worker_rss_mb"].median()), evaluator_cpu
 
 
@@ -164,6 +176,9 @@ def main():
                         help="skip the raw-env and acting references (e.g. for an older commit)")
     parser.add_argument("--no-evaluator-check", action="store_true",
                         help="skip the 25 s measurement of the idle evaluator's CPU")
+    parser.add_argument("--eval-nice", type=int, nargs="+", metavar="N",
+                        help="instead: the trainer beside an evaluator that plays non-stop, at each of these "
+                             "--eval-nice levels, interleaved over the repeats")
     args = parser.parse_args()
     workers_list = args.workers or list(range(1, (os.cpu_count() or 1) + 1))
     from hogwild_a3c.presets import load_preset
@@ -178,6 +193,8 @@ def main():
     from hogwild_a3c.envs import parse_env_kwargs
 
     kwargs = parse_env_kwargs(env_kwargs)
+    if args.eval_nice:
+        return measure_eval_priority(args, env_id, env_kwargs, workers_list)
     rows = []
     cells = [(steps, envs, workers)
              for steps in args.rollout_steps for envs in args.envs_per_worker for workers in workers_list]
@@ -188,7 +205,7 @@ def main():
                 reference = (env_id, kwargs, envs, args.preset, steps, args.seconds, args.warmup)
                 raw.append(measure_processes(_raw_env_process, workers, reference))
                 acting.append(measure_processes(_acting_process, workers, reference))
-            rate, mem, _ = measure_trainer(env_id, env_kwargs, workers, envs, args.seconds, args.warmup, f"r{repeat}",
+            rate, mem, *_ = measure_trainer(env_id, env_kwargs, workers, envs, args.seconds, args.warmup, f"r{repeat}",
                                            preset=args.preset, rollout_steps=steps)
             trainer.append(rate)
             rss.append(mem)
@@ -207,7 +224,8 @@ def main():
         rows.append(row)
     evaluator_cpu = None
     if not args.no_evaluator_check:
-        _, _, evaluator_cpu = measure_trainer(env_id, env_kwargs, 1, 1, 10, 2, "evaluator", with_idle_evaluator=True)
+        _, _, evaluator_cpu, *_ = measure_trainer(env_id, env_kwargs, 1, 1, 10, 2, "evaluator",
+                                                  with_idle_evaluator=True)
     out_dir = results_dir("throughput")
     suffix = f"-{args.tag}" if args.tag else ""
     columns = list(rows[0])
@@ -225,6 +243,44 @@ def main():
     )
     text += "\n" + markdown_table(rows, columns)
     (out_dir / f"throughput{suffix}.md").write_text(text)
+    print(text)
+
+
+def measure_eval_priority(args, env_id, env_kwargs, workers_list):
+    """What the evaluator's priority buys the workers, and what it costs the evaluations."""
+    levels = sorted(set(args.eval_nice))
+    if any(not 0 <= level <= 19 for level in levels):
+        raise SystemExit(f"--eval-nice takes levels from 0 to 19 (got {levels})")
+    rows = []
+    for workers in workers_list:
+        found = {level: [] for level in levels}
+        for repeat in range(args.repeats):
+            for level in levels:  # interleaved: a drift of the machine's speed hits every level alike
+                rate, _, _, stats = measure_trainer(
+                    env_id, env_kwargs, workers, args.envs_per_worker[0], args.seconds, args.warmup,
+                    f"nice{level}-r{repeat}", preset=args.preset, rollout_steps=args.rollout_steps[0],
+                    busy_evaluator_nice=level)
+                found[level].append({"trainer_steps_per_s": rate, **stats})
+                print(f"workers {workers} eval-nice {level} repeat {repeat}: trainer {rate:.0f} steps/s, "
+                      f"{stats['evaluations_per_min']:.1f} evaluations/min, eval CPU share "
+                      f"{stats['eval_cpu_share']:.2f}", flush=True)
+        base = statistics.median(m["trainer_steps_per_s"] for m in found[levels[0]])
+        for level in levels:
+            medians = {key: statistics.median(m[key] for m in found[level]) for key in found[level][0]}
+            rows.append({"workers": workers, "eval_nice": level, **medians,
+                         f"trainer_over_nice_{levels[0]}": medians["trainer_steps_per_s"] / base,
+                         "repeats": args.repeats})
+    suffix = f"-{args.tag}" if args.tag else ""
+    command = "make bench-throughput" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")
+    text = header(f"The evaluator's priority on {env_id}", command, {
+        "env kwargs": " ".join(env_kwargs) or "none",
+        "preset": f"{args.preset}, {args.envs_per_worker[0]} envs per worker, {args.rollout_steps[0]}-step rollouts",
+        "evaluator": "1 episode per evaluation, the next one at once (--eval-interval 0.01): busy all the time, as "
+                     "late in a run whose episodes are long",
+        "per cell": f"median of {args.repeats} runs of {args.seconds:g} s after {args.warmup:g} s warm-up; "
+                    "eval_cpu_share is the mean of progress.csv's column over the window"})
+    text += "\n" + markdown_table(rows, list(rows[0]))
+    (results_dir("throughput") / f"throughput-eval-nice{suffix}.md").write_text(text)
     print(text)
 
 
