@@ -109,7 +109,7 @@ def measure_processes(target, workers, args):
 
 
 def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False,
-                    preset="universe", rollout_steps=None, busy_evaluator_nice=None):
+                    preset="universe", rollout_steps=None, busy_evaluator_nice=None, eval_episodes=1):
     """The trainer's steps/s after the warm-up; with `busy_evaluator_nice` an evaluator plays one
     episode after another at that priority (the end of a long run, where episodes are long),
     and the window's evaluations per minute and the evaluator's CPU share come back too."""
@@ -123,7 +123,7 @@ def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, wit
     if with_idle_evaluator:
         args += ["--eval-episodes", 1, "--eval-interval", 100000]
     elif busy_evaluator_nice is not None:
-        args += ["--eval-episodes", 1, "--eval-interval", 0.01, "--eval-nice", busy_evaluator_nice]
+        args += ["--eval-episodes", eval_episodes, "--eval-interval", 0.01, "--eval-nice", busy_evaluator_nice]
     else:
         args += ["--eval-episodes", 0]
     evaluator_cpu = None
@@ -151,7 +151,7 @@ def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, wit
         evals = pd.read_csv(run_dir / "eval.csv")
         played = evals[evals["time_s"].between(window["time_s"].iloc[0], window["time_s"].iloc[-1])]
         return rate, float(window["worker_rss_mb"].median()), None, {
-            "evaluations_per_min": 60 * len(played) / span,
+            "evaluations_per_min": 60 * played["time_s"].nunique() / span,
             "eval_steps_per_s": played["episode_length"].sum() / span,
             "eval_cpu_share": float(window["eval_cpu_share"].mean())}
     return rate, float(window["worker_rss_mb"].median()), evaluator_cpu
@@ -179,6 +179,7 @@ def main():
     parser.add_argument("--eval-nice", type=int, nargs="+", metavar="N",
                         help="instead: the trainer beside an evaluator that plays non-stop, at each of these "
                              "--eval-nice levels, interleaved over the repeats")
+    parser.add_argument("--eval-episodes", type=int, default=1, help="with --eval-nice: episodes per evaluation")
     args = parser.parse_args()
     workers_list = args.workers or list(range(1, (os.cpu_count() or 1) + 1))
     from hogwild_a3c.presets import load_preset
@@ -259,7 +260,7 @@ def measure_eval_priority(args, env_id, env_kwargs, workers_list):
                 rate, _, _, stats = measure_trainer(
                     env_id, env_kwargs, workers, args.envs_per_worker[0], args.seconds, args.warmup,
                     f"nice{level}-r{repeat}", preset=args.preset, rollout_steps=args.rollout_steps[0],
-                    busy_evaluator_nice=level)
+                    busy_evaluator_nice=level, eval_episodes=args.eval_episodes)
                 found[level].append({"trainer_steps_per_s": rate, **stats})
                 print(f"workers {workers} eval-nice {level} repeat {repeat}: trainer {rate:.0f} steps/s, "
                       f"{stats['evaluations_per_min']:.1f} evaluations/min, eval CPU share "
@@ -275,8 +276,8 @@ def measure_eval_priority(args, env_id, env_kwargs, workers_list):
     text = header(f"The evaluator's priority on {env_id}", command, {
         "env kwargs": " ".join(env_kwargs) or "none",
         "preset": f"{args.preset}, {args.envs_per_worker[0]} envs per worker, {args.rollout_steps[0]}-step rollouts",
-        "evaluator": "1 episode per evaluation, the next one at once (--eval-interval 0.01): busy all the time, as "
-                     "late in a run whose episodes are long",
+        "evaluator": f"{args.eval_episodes} episode(s) per evaluation, the next evaluation at once (--eval-interval "
+                     "0.01): busy all the time, as late in a run whose episodes are long",
         "per cell": f"median of {args.repeats} runs of {args.seconds:g} s after {args.warmup:g} s warm-up; "
                     "eval_cpu_share is the mean of progress.csv's column over the window"})
     text += "\n" + markdown_table(rows, list(rows[0]))

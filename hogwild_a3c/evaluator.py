@@ -1,6 +1,10 @@
 """The evaluator: every --eval-interval seconds, snapshot the shared model, play --eval-episodes
 episodes, report them, and keep checkpoints/best.pt (written by `checkpoint.save_best`).
 
+The episodes are played side by side (`play_episodes`, up to `MAX_EVAL_ENVS` envs): one forward
+a step for all of them, each with its own LSTM state, so an evaluation costs the cores less and
+ends sooner than the same episodes played one after another; each is the policy's own episode.
+
 Between evaluations it sleeps in slices of `POLL_S`, checking the stop flag and beating its
 heartbeat; during an evaluation it does both every 64 steps. It holds no training state, so the
 supervisor restarts it when it dies.
@@ -26,6 +30,9 @@ from .shared import EvaluatorLink
 
 POLL_S = 0.2
 CHECK_EVERY_STEPS = 64
+# Episodes of one evaluation played side by side, one forward a step for all of them: the
+# universe model's forward costs 1.09 ms for one frame and 2.6 ms for five (measured here).
+MAX_EVAL_ENVS = 8
 
 
 def evaluator_seed(base_seed: int, session: int) -> int:
@@ -67,15 +74,80 @@ def play_episode(
                 return None
 
 
+def play_episodes(
+    model: ActorCritic,
+    envs: list[Any],
+    rng: np.random.Generator,
+    episodes: int,
+    should_stop: Callable[[], bool] = lambda: False,
+    watch: LstmWatch | None = None,
+) -> list[tuple[float, int]] | None:
+    """Play `episodes` episodes of the sampled policy on `envs` side by side: each step is one
+    forward for every env still playing, each with its own LSTM state, and an env that ends its
+    episode starts another while fewer than `episodes` have started. Every episode started is
+    played to its end, so short ones are not favoured. (return, length) in the order the episodes
+    ended; None if `should_stop` (asked every 64 steps) said so."""
+    count = len(envs)
+    obs: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * count
+    totals, lengths = [0.0] * count, [0] * count
+    h, c = model.initial_state(count)
+    playing: list[int] = []
+    results: list[tuple[float, int]] = []
+    started = 0
+
+    def start(k: int) -> None:
+        nonlocal started
+        obs[k] = np.asarray(envs[k].reset()[0], dtype=np.float32)
+        totals[k], lengths[k] = 0.0, 0
+        h[:, k].zero_()
+        c[:, k].zero_()
+        playing.append(k)
+        started += 1
+
+    for k in range(min(count, episodes)):
+        start(k)
+    steps = 0
+    with torch.no_grad():
+        while playing:
+            rows = torch.tensor(playing)
+            logits, _, (h_rows, c_rows) = model.step(torch.from_numpy(np.stack([obs[k] for k in playing])),
+                                                     (h[:, rows], c[:, rows]))
+            h[:, rows], c[:, rows] = h_rows, c_rows
+            actions = sample_actions(logits, rng)
+            ended = []
+            for i, k in enumerate(playing):
+                if watch is not None:
+                    watch.observe((h_rows[:, i:i + 1], c_rows[:, i:i + 1]))
+                observation, reward, terminated, truncated, _ = envs[k].step(int(actions[i]))
+                totals[k] += float(reward)
+                lengths[k] += 1
+                obs[k] = np.asarray(observation, dtype=np.float32)
+                if terminated or truncated:
+                    ended.append(k)
+                    results.append((totals[k], lengths[k]))
+                    if watch is not None:
+                        watch.episode_ended((h_rows[:, i:i + 1], c_rows[:, i:i + 1]))
+            playing = [k for k in playing if k not in ended]
+            for k in ended:
+                if started < episodes:
+                    start(k)
+            steps += 1
+            if steps % CHECK_EVERY_STEPS == 0 and should_stop():
+                return None
+    return results
+
+
 class Evaluator:
     def __init__(self, cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: str | Path, best_return: float,
                  seed: int):
         self.cfg = cfg
         self.link = link
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
-        self.env = make_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
+        self.envs = [make_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
+                     for _ in range(min(MAX_EVAL_ENVS, max(1, cfg.eval_episodes)))]
         self.rng = np.random.default_rng(seed)
-        self.env.reset(seed=seed)  # seeds the env's generator once; later resets continue it
+        for k, env in enumerate(self.envs):
+            env.reset(seed=seed + k)  # seeds each env's generator once; later resets continue it
         self.run_dir = Path(run_dir)
         self.best_return = best_return
         self.write_failed = False
@@ -88,16 +160,11 @@ class Evaluator:
         """Evaluate a snapshot of the shared model and report it; False if stopped part-way."""
         self.link.snapshot(self.model)
         global_step = self.link.global_step()
-        episodes = []
         watch = LstmWatch() if self.model.lstm is not None else None
-        for _ in range(self.cfg.eval_episodes):
-            result = play_episode(self.model, self.env, self.rng, should_stop=self._alive_and_not_stopping,
-                                  on_state=None if watch is None else watch.observe)
-            if result is None:
-                return False
-            episodes.append(result)
-            if watch is not None:
-                watch.episode_ended()
+        episodes = play_episodes(self.model, self.envs, self.rng, self.cfg.eval_episodes,
+                                 should_stop=self._alive_and_not_stopping, watch=watch)
+        if episodes is None:
+            return False
         mean = float(np.mean([r for r, _ in episodes]))
         if mean > self.best_return and not self.write_failed:
             try:
@@ -112,7 +179,8 @@ class Evaluator:
         return True
 
     def close(self) -> None:
-        self.env.close()
+        for env in self.envs:
+            env.close()
 
 
 def run_evaluator(cfg: Config, env_info: EnvInfo, link: EvaluatorLink, run_dir: str, best_return: float,

@@ -64,9 +64,12 @@ class LstmWatch:
         self.steps += 1
         self._last_state = state
 
-    def episode_ended(self) -> None:
-        if self._last_state is not None:
-            self.cells.append(float(self._last_state[1].abs().mean()))
+    def episode_ended(self, last_state: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """An episode ended at `last_state` (default: the state observed last; episodes played side
+        by side name their own)."""
+        state = last_state if last_state is not None else self._last_state
+        if state is not None:
+            self.cells.append(float(state[1].abs().mean()))
 
     def health(self) -> LstmHealth | None:
         if self.steps < 2 or not self.cells or self.h_sum is None or self.h_sumsq is None:
