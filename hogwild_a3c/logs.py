@@ -3,6 +3,7 @@ on resume; and `load_run`, the one loader the plot command and the notebook shar
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from collections.abc import Iterable
@@ -108,23 +109,11 @@ def rows_to_upgrade(path: str | os.PathLike, columns: Iterable[str], keep_bytes:
 def upgrade_schema(path: str | os.PathLike, columns: Iterable[str], rows: list[list[str]]) -> None:
     """Rewrite a CSV as `columns` and `rows` (from `rows_to_upgrade`). Atomic (a temp file,
     fsynced, renamed over it): a crash leaves the old file whole."""
-    path = Path(path)
-    tmp = temp_path(path)
-    try:
-        with writing(path):
-            with open(tmp, "w", newline="") as f:
-                writer = csv.writer(f)
-                writer.writerow(tuple(columns))
-                writer.writerows(rows)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-    except WriteError:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(tuple(columns))
+    writer.writerows(rows)
+    write_atomically(path, text.getvalue())
 
 
 class CsvLog:
@@ -169,12 +158,17 @@ def _format(value: Any) -> Any:
 
 def write_json(path: str | os.PathLike, data: dict) -> None:
     """Atomic: a crash mid-write leaves the old file. Raises WriteError (one line)."""
+    write_atomically(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_atomically(path: str | os.PathLike, text: str) -> None:
+    """`text` into `path` through a temp file, fsynced and renamed over it: a crash mid-write
+    leaves the old file. Raises WriteError (one line)."""
     path = Path(path)
     tmp = temp_path(path)
-    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
     try:
         with writing(path):
-            with open(tmp, "w") as f:
+            with open(tmp, "w", newline="") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
