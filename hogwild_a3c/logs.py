@@ -48,18 +48,6 @@ class CsvSchemaError(ValueError):
     """An existing CSV file whose header is not the one this version writes."""
 
 
-def read_header(path: str | os.PathLike) -> tuple[str, ...]:
-    """The header of an existing CSV; () for a missing one or one without a whole first line."""
-    path = Path(path)
-    if not path.is_file():
-        return ()
-    with open(path, "rb") as handle:
-        first = handle.readline()
-    if not first.endswith(b"\n"):
-        return ()
-    return tuple(next(csv.reader([first.decode(errors="replace").rstrip("\r\n")]), ()))
-
-
 def complete_length(path: str | os.PathLike, columns: Iterable[str], earlier: Iterable[tuple[str, ...]] = ()
                     ) -> tuple[int, int]:
     """(bytes up to the end of the last complete line, bytes after it) of an existing CSV, after
@@ -85,35 +73,42 @@ def complete_length(path: str | os.PathLike, columns: Iterable[str], earlier: It
     return keep, len(data) - keep
 
 
-def rows_to_upgrade(path: str | os.PathLike, columns: Iterable[str], keep_bytes: int) -> list[list[str]] | None:
-    """The complete rows (up to `keep_bytes`) of a CSV written under an earlier header, a prefix of
-    `columns`, padded with empty new columns; None if it has this version's header or no file.
-    Reads only; a row whose field count is not its header's raises CsvSchemaError."""
+def rows_to_upgrade(path: str | os.PathLike, columns: Iterable[str], keep_bytes: int
+                    ) -> tuple[tuple[str, ...], list[list[str]]] | None:
+    """(its header, its complete rows padded with empty new columns) for a CSV written under an
+    earlier header, a prefix of `columns`, whose complete lines end at `keep_bytes`
+    (`complete_length`); None if it has this version's header or nothing whole. Reads only; a row
+    whose field count is not its header's raises CsvSchemaError."""
     path = Path(path)
     columns = tuple(columns)
-    header = read_header(path)
-    if not header or header == columns:
+    if keep_bytes == 0:
+        return None
+    with open(path, "rb") as handle:
+        lines = handle.read(keep_bytes).decode(errors="replace").splitlines()
+    first, *rows = list(csv.reader(lines))
+    header = tuple(first)
+    if header == columns:
         return None
     if columns[: len(header)] != header:
         raise CsvSchemaError(f"{path}: its header {','.join(header)} does not begin this version's {','.join(columns)}")
-    lines = path.read_bytes()[:keep_bytes].decode(errors="replace").splitlines()[1:]
-    rows = list(csv.reader(lines))
     ragged = next((n for n, row in enumerate(rows, start=2) if len(row) != len(header)), None)
     if ragged is not None:
         raise CsvSchemaError(f"{path}: line {ragged} has {len(rows[ragged - 2])} fields where its header has "
                              f"{len(header)}; the file was left as it is")
     padding = [""] * (len(columns) - len(header))
-    return [row + padding for row in rows]
+    return header, [row + padding for row in rows]
 
 
-def upgrade_schema(path: str | os.PathLike, columns: Iterable[str], rows: list[list[str]]) -> None:
+def upgrade_schema(path: str | os.PathLike, columns: Iterable[str], rows: list[list[str]]) -> int:
     """Rewrite a CSV as `columns` and `rows` (from `rows_to_upgrade`). Atomic (a temp file,
-    fsynced, renamed over it): a crash leaves the old file whole."""
+    fsynced, renamed over it): a crash leaves the old file whole. Returns its length in bytes,
+    all of it complete lines."""
     text = io.StringIO(newline="")
     writer = csv.writer(text)
     writer.writerow(tuple(columns))
     writer.writerows(rows)
     write_atomically(path, text.getvalue())
+    return len(text.getvalue().encode())
 
 
 class CsvLog:

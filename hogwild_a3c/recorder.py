@@ -26,7 +26,6 @@ from .logs import (
     PROGRESS_COLUMNS,
     CsvLog,
     complete_length,
-    read_header,
     rewrite_json_in_place,
     rows_to_upgrade,
     upgrade_schema,
@@ -147,8 +146,8 @@ class Recorder:
         files = {"episodes": EPISODES_COLUMNS, "eval": EVAL_COLUMNS, "progress": PROGRESS_COLUMNS}
         plans = {name: complete_length(run_dir / f"{name}.csv", columns, EARLIER_SCHEMAS.get(f"{name}.csv", ()))
                  for name, columns in files.items()}
-        upgrades = {name: (read_header(run_dir / f"{name}.csv"), rows) for name, columns in files.items()
-                    if (rows := rows_to_upgrade(run_dir / f"{name}.csv", columns, plans[name][0])) is not None}
+        upgrades = {name: found for name, columns in files.items()
+                    if (found := rows_to_upgrade(run_dir / f"{name}.csv", columns, plans[name][0])) is not None}
         self.logger = logging.getLogger(f"hogwild_a3c.run.{id(self)}")
         self.logger.setLevel(logging.INFO)
         self.logger.propagate = False
@@ -164,8 +163,7 @@ class Recorder:
                     self.log(f"{name}.csv: its last line was cut ({cut} bytes, no newline); "
                              "dropped it before appending")
             for name, (before, rows) in upgrades.items():
-                upgrade_schema(run_dir / f"{name}.csv", files[name], rows)
-                plans[name] = complete_length(run_dir / f"{name}.csv", files[name])
+                plans[name] = (upgrade_schema(run_dir / f"{name}.csv", files[name], rows), 0)
                 self.log(f"{name}.csv: written by an earlier version; added the column(s) "
                          f"{', '.join(files[name][len(before):])}, empty in the rows already there")
             for name, (keep, _) in plans.items():
