@@ -32,6 +32,7 @@ def main():
     from hogwild_a3c.config import Config
     from hogwild_a3c.envs import describe_env, parse_env_kwargs, register_atari
     from hogwild_a3c.model import build_model
+    from hogwild_a3c.optim import LrSchedule
     from hogwild_a3c.reports import InProcessReports
     from hogwild_a3c.shared import HogwildLink, SharedState
     from hogwild_a3c.worker import Worker
@@ -44,7 +45,7 @@ def main():
     cfg = Config(**{**preset, "env": config["env"], "env_kwargs": parse_env_kwargs(config["env_kwargs"]),
                     "envs_per_worker": args.envs_per_worker or preset.get("envs_per_worker", 1)})
     info = describe_env(cfg.env, cfg.env_kwargs)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, "adam", cfg.lr)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, "adam", LrSchedule(cfg.lr))
     reports = InProcessReports()
     worker = Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=0)
 

@@ -6,7 +6,7 @@ policy) is written by `save_best`. A checkpoint holds only tensors and plain typ
 with `torch.load(weights_only=True)`: no code runs on load.
 
 A training checkpoint (`training_payload` / `restore_training`) holds the model, every worker's
-Adam statistics (or the one shared set), the step and fault counters, the elapsed time, the
+optimizer statistics (or the one shared set), the step and fault counters, the elapsed time, the
 session number, the best evaluation return and the config.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import torch
 
 from .files import WriteError, describe_failure, temp_path
+from .optim import OPTIMIZER_KINDS, moment_keys
 
 if TYPE_CHECKING:
     from .config import Config
@@ -252,11 +253,7 @@ def training_payload(
         "optimizer": {
             "kind": cfg.optimizer,
             "states": [
-                {
-                    "step": s["step"].clone(),
-                    "exp_avg": [t.clone() for t in s["exp_avg"]],
-                    "exp_avg_sq": [t.clone() for t in s["exp_avg_sq"]],
-                }
+                {key: value.clone() if key == "step" else [t.clone() for t in value] for key, value in s.items()}
                 for s in shared.optimizer_states
             ],
         },
@@ -291,7 +288,7 @@ class Progress:
         )
 
 
-def check_training_payload(payload: dict[str, Any], path: Path, model: torch.nn.Module) -> None:
+def check_training_payload(payload: dict[str, Any], path: Path, model: torch.nn.Module, optimizer: str) -> None:
     """One line naming the file when a checkpoint cannot restore `model`'s training state.
 
     Everything `restore_training` will use is checked here, before any of it is: a crafted or
@@ -302,7 +299,8 @@ def check_training_payload(payload: dict[str, Any], path: Path, model: torch.nn.
     if missing:
         raise CheckpointError(f"{path}: not a training checkpoint (no {', '.join(missing)})")
     check_model_fits(payload, path, model)
-    problem = _progress_problem(payload) or _optimizer_problem(payload["optimizer"], list(model.parameters()))
+    problem = (_progress_problem(payload)
+               or _optimizer_problem(payload["optimizer"], list(model.parameters()), optimizer))
     if problem:
         raise CheckpointError(f"{path}: damaged or crafted training checkpoint: {problem}")
 
@@ -335,9 +333,12 @@ def _progress_problem(payload: dict[str, Any]) -> str | None:
     return None
 
 
-def _optimizer_problem(optimizer: Any, params: list[torch.Tensor]) -> str | None:
-    if not isinstance(optimizer, dict) or optimizer.get("kind") not in ("adam", "shared-adam"):
-        return "its optimizer is not a record of kind adam or shared-adam"
+def _optimizer_problem(optimizer: Any, params: list[torch.Tensor], expected_kind: str) -> str | None:
+    if not isinstance(optimizer, dict) or optimizer.get("kind") not in OPTIMIZER_KINDS:
+        return f"its optimizer is not a record of one of the kinds {', '.join(OPTIMIZER_KINDS)}"
+    keys = moment_keys(optimizer["kind"])
+    if keys != moment_keys(expected_kind):
+        return f"its optimizer is {optimizer['kind']}, whose statistics do not fit --optimizer {expected_kind}"
     states = optimizer.get("states")
     if not isinstance(states, list) or not states:
         return "it holds no optimizer statistics (an empty list)"
@@ -347,7 +348,7 @@ def _optimizer_problem(optimizer: Any, params: list[torch.Tensor]) -> str | None
         step = state.get("step")
         if not _tensor_like(step, (len(params),), torch.float32) or not bool((step >= 0).all()):
             return f"optimizer state {i}: its step counters are not {len(params)} finite numbers >= 0"
-        for key in ("exp_avg", "exp_avg_sq"):
+        for key in keys:
             tensors = state.get(key)
             if not isinstance(tensors, list) or len(tensors) != len(params):
                 return f"optimizer state {i}: {key} is not a list of {len(params)} tensors"
@@ -356,8 +357,8 @@ def _optimizer_problem(optimizer: Any, params: list[torch.Tensor]) -> str | None
                     shape = tuple(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
                     return (f"optimizer state {i}: {key}[{j}] is {shape}, not a finite {param.dtype} tensor of "
                             f"shape {tuple(param.shape)}")
-                if key == "exp_avg_sq" and not bool((tensor >= 0).all()):
-                    return f"optimizer state {i}: exp_avg_sq[{j}] has negative entries (a second moment cannot)"
+                if key == keys[-1] and not bool((tensor >= 0).all()):
+                    return f"optimizer state {i}: {key}[{j}] has negative entries (a second moment cannot)"
     return None
 
 
@@ -393,7 +394,7 @@ def restore_training(shared: SharedState, payload: dict[str, Any]) -> Progress:
         # More workers than before: the new ones start with the statistics of an old one.
         saved = saved_states[i % len(saved_states)]
         state["step"].copy_(saved["step"])
-        for key in ("exp_avg", "exp_avg_sq"):
+        for key in moment_keys(shared.optimizer):
             for dst, src in zip(state[key], saved[key]):
                 dst.copy_(src)
     progress = Progress.from_payload(payload)

@@ -83,15 +83,20 @@ class Config:
     rollout_steps: int = _opt(20, "steps per environment between updates")
     gamma: float = _opt(0.99, "discount factor")
     gae_lambda: float = _opt(1.0, "GAE lambda (1.0: advantages are discounted returns minus values)")
-    lr: float = _opt(1e-4, "Adam learning rate")
-    lr_warmup_updates: int = _opt(0, "raise each Adam's learning rate linearly from 0 to --lr over its first this many "
-                                  "updates (0: none, as universe); 2000 = 2 / (1 - Adam's beta2) is the usual untuned "
-                                  "choice")
+    lr: float = _opt(1e-4, "the optimizer's learning rate")
+    lr_warmup_updates: int = _opt(0, "raise each optimizer's learning rate linearly from 0 to --lr over its first this "
+                                  "many updates (0: none, as universe); with Adam, 2000 = 2 / (1 - beta2) is the usual "
+                                  "untuned choice")
+    lr_decay_steps: int = _opt(0, "lower the learning rate linearly from --lr to 0 at this many agent steps, summed "
+                               "over workers (the A3C paper's annealing over the run; 0: none, as universe); set it to "
+                               "--max-steps, and raise both together on resume (the rate then rises to the new line)",
+                               resumable=True)
     entropy_coef: float = _opt(0.01, "weight of the entropy bonus")
     value_coef: float = _opt(0.5, "weight of the value loss")
     max_grad_norm: float = _opt(40.0, "clip gradients to this global norm")
     optimizer: str = _opt("adam", "adam: each worker its own Adam statistics (universe); shared-adam: one set in "
-                          "shared memory", choices=["adam", "shared-adam"])
+                          "shared memory; rmsprop, shared-rmsprop: the A3C paper's RMSprop (decay 0.99, epsilon 0.1), "
+                          "per worker or shared", choices=["adam", "shared-adam", "rmsprop", "shared-rmsprop"])
     lstm_size: int = _opt(256, "LSTM hidden units (--core lstm)")
     lstm_forget_bias: float = _opt(1.0, "the LSTM's forget-gate bias at initialisation: 1.0 is universe's (TF's "
                                         "BasicLSTMCell adds 1 to the forget gate); runs saved without it read 0.0")
@@ -155,10 +160,10 @@ def experiment_fields() -> set[str]:
 
 # What a preset file may set: the algorithm and the model, nothing about processes or budgets.
 PRESET_FIELDS = {
-    "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "lr_warmup_updates", "entropy_coef",
-    "value_coef", "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size", "activation",
-    "loss_reduction", "normalize_obs", "normalize_reward", "value_net", "clip_reward", "life_loss", "fire_reset",
-    "max_pool",
+    "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "lr_warmup_updates", "lr_decay_steps",
+    "entropy_coef", "value_coef", "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size",
+    "activation", "loss_reduction", "normalize_obs", "normalize_reward", "value_net", "clip_reward", "life_loss",
+    "fire_reset", "max_pool",
 }
 
 
@@ -311,6 +316,10 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(0.0 <= cfg.gae_lambda <= 1.0, "gae_lambda", "in [0, 1]", cfg.gae_lambda)
     need(cfg.lr > 0, "lr", "a positive number", cfg.lr)
     need(cfg.lr_warmup_updates >= 0, "lr_warmup_updates", "an integer >= 0 (0: no warm-up)", cfg.lr_warmup_updates)
+    need(cfg.lr_decay_steps >= 0, "lr_decay_steps", "an integer >= 0 (0: no decay)", cfg.lr_decay_steps)
+    # A decay that ends before the budget would leave the rest of the run training at lr 0.
+    need(not cfg.lr_decay_steps or cfg.max_steps is None or cfg.lr_decay_steps >= cfg.max_steps, "lr_decay_steps",
+         f"0 or at least --max-steps {cfg.max_steps} (the steps after it would train at lr 0)", cfg.lr_decay_steps)
     need(cfg.entropy_coef >= 0, "entropy_coef", "a number >= 0", cfg.entropy_coef)
     need(cfg.value_coef >= 0, "value_coef", "a number >= 0", cfg.value_coef)
     need(cfg.max_grad_norm > 0, "max_grad_norm", "a positive number", cfg.max_grad_norm)

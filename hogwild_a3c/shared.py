@@ -21,6 +21,7 @@ from torch import nn
 
 from .lstm_watch import LstmHealth
 from .messages import EpisodeEnded, Evaluated, WriteFailed
+from .optim import LrSchedule, build_optimizer, is_shared_kind, new_optimizer_state
 
 if TYPE_CHECKING:
     from .model import RunningMoments
@@ -64,71 +65,6 @@ def copy_weights(dst: nn.Module, src: nn.Module) -> None:
         d_buffer.copy_(s_buffer)
 
 
-def new_adam_state(model: nn.Module) -> dict[str, Any]:
-    """Adam's statistics for `model` in shared memory: one step counter per parameter (0-d views
-    of one vector) and the two moment estimates."""
-    params = list(model.parameters())
-    steps = torch.zeros(len(params), dtype=torch.float32).share_memory_()
-    return {
-        "step": steps,
-        "exp_avg": [torch.zeros_like(p).share_memory_() for p in params],
-        "exp_avg_sq": [torch.zeros_like(p).share_memory_() for p in params],
-    }
-
-
-class SharedAdam:
-    """Adam over `params` whose statistics live in the given (shared) tensors: per worker for
-    `--optimizer adam` (universe: each worker has its own Adam), one for all for
-    `--optimizer shared-adam`.
-
-    The update is torch's fused CPU Adam kernel (one pass per tensor: 0.7 ms against 1.9 ms for
-    the per-op loop on the universe model, measured here), the very call `torch.optim.Adam(fused=True)`
-    makes, called directly: building any `torch.optim` optimizer imports `torch._dynamo`, 1.0-1.8 s
-    per process measured here, most of a worker's start-up on classic control. The arithmetic
-    is checked against `torch.optim.Adam` in tests/test_hogwild.py.
-
-    With `warmup_updates` N > 0 the step size of update n is lr * min(1, n / N), n counted by
-    this Adam's own step counter (so a resumed run, whose counters are restored, does not warm
-    up again). The usual reason for one: Adam's first updates divide by a second moment estimated
-    from a handful of gradients, so they are close to lr * sign(gradient) for every weight at once.
-    On Pong it did not stop the networks that died (results README); normalized frames did.
-    """
-
-    def __init__(self, params: list[nn.Parameter], state: dict[str, Any], lr: float,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, warmup_updates: int = 0):
-        self.params = params
-        self.lr, self.betas, self.eps = lr, betas, eps
-        self.warmup_updates = warmup_updates
-        self.steps = [state["step"][i] for i in range(len(params))]  # 0-d views of one shared vector
-        self.exp_avgs = state["exp_avg"]
-        self.exp_avg_sqs = state["exp_avg_sq"]
-
-    def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
-
-    @torch.no_grad()
-    def step(self) -> None:
-        have = [i for i, p in enumerate(self.params) if p.grad is not None]
-        if not have:
-            return
-        steps = [self.steps[i] for i in have]
-        torch._foreach_add_(steps, 1)
-        lr = self.step_size(float(steps[0])) if self.warmup_updates > 0 else self.lr
-        torch._fused_adam_(
-            [self.params[i] for i in have], cast("list[torch.Tensor]", [self.params[i].grad for i in have]),
-            [self.exp_avgs[i] for i in have], [self.exp_avg_sqs[i] for i in have], [], steps,
-            lr=lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
-            amsgrad=False, maximize=False,
-        )
-
-    def step_size(self, update: float) -> float:
-        """The learning rate of update number `update` (counted from 1)."""
-        if self.warmup_updates <= 0 or update >= self.warmup_updates:
-            return self.lr
-        return self.lr * update / self.warmup_updates
-
-
 @dataclass
 class SharedState:
     """Every tensor the main process shares with its children, handed over when each starts."""
@@ -140,14 +76,14 @@ class SharedState:
     heartbeats: torch.Tensor  # float64 [slots + 1]: each worker's slot, then the evaluator's
     base_step: torch.Tensor  # int64 [1], steps done before this session (resume)
     control: torch.Tensor  # int64 [1]: non-zero once the main process (or, multi-node, any node) asks children to stop
-    lr: float
-    lr_warmup_updates: int = 0
+    optimizer: str  # one of optim.OPTIMIZER_KINDS
+    lr_schedule: LrSchedule
     sync: Any = None  # multi-node: the syncer's `SyncStatus` (the global step over every node)
 
     @classmethod
-    def create(cls, model: nn.Module, slots: int, optimizer: str, lr: float, lr_warmup_updates: int = 0) -> SharedState:
+    def create(cls, model: nn.Module, slots: int, optimizer: str, lr_schedule: LrSchedule) -> SharedState:
         model.share_memory()
-        states = [new_adam_state(model) for _ in range(1 if optimizer == "shared-adam" else slots)]
+        states = [new_optimizer_state(model, optimizer) for _ in range(1 if is_shared_kind(optimizer) else slots)]
         return cls(
             model=model,
             optimizer_states=states,
@@ -156,8 +92,8 @@ class SharedState:
             heartbeats=torch.zeros(slots + 1, dtype=torch.float64).share_memory_(),
             base_step=torch.zeros(1, dtype=torch.int64).share_memory_(),
             control=torch.zeros(1, dtype=torch.int64).share_memory_(),
-            lr=lr,
-            lr_warmup_updates=lr_warmup_updates,
+            optimizer=optimizer,
+            lr_schedule=lr_schedule,
         )
 
     @property
@@ -236,16 +172,19 @@ class HogwildLink:
         self.reports = reports
         self.stats = shared.worker_stats[rank]
         params = list(shared.model.parameters())
-        self.optimizer = SharedAdam(
-            params, shared.optimizer_state_for(rank), shared.lr, warmup_updates=shared.lr_warmup_updates
-        )
+        self.optimizer = build_optimizer(shared.optimizer, params, shared.optimizer_state_for(rank))
+        self.schedule = shared.lr_schedule
 
     def pull(self, local_model: nn.Module) -> None:
         copy_weights(local_model, self.shared.model)
 
     def push(self, local_model: nn.Module) -> None:
         hand_over_gradients(local_model, self.shared.model)
-        self.optimizer.step()
+        schedule = self.schedule
+        if schedule.warmup_updates or schedule.decay_steps:
+            self.optimizer.step(schedule.at(self.optimizer.next_update(), self.global_step()))
+        else:
+            self.optimizer.step(schedule.lr)
 
     def add_steps(self, steps: int) -> None:
         self.shared.worker_steps[self.rank] += steps

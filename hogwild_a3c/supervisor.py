@@ -7,7 +7,7 @@ with pdb). The training loop in `training.py` drives either through the same met
 `start`, `advance`, `messages`, `check`, `stop`, `worker_pids`, `evaluator_pid`.
 
 Restart policy: a dead worker stops the run, unless `--max-worker-restarts` allows restarting it
-(it keeps its step counter and Adam statistics, which live in shared memory). A dead evaluator
+(it keeps its step counter and optimizer statistics, which live in shared memory). A dead evaluator
 holds no training state: it is restarted, `--max-evaluator-restarts` times in all; once more
 stops the run. A child that makes no progress for `--stall-timeout` seconds, counted from when
 it said it was ready, is reported (and again when it recovers).

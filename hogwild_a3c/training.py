@@ -27,6 +27,7 @@ from .files import WriteError, remove_stale_temp_files
 from .logs import last_time_s
 from .model import build_model
 from .nodes import Node
+from .optim import LrSchedule
 from .process import flush_denormals
 from .recorder import KILLED, Recorder, close_dead_sessions
 from .run_loop import RunLoop
@@ -92,6 +93,9 @@ def _check_machine(cfg: Config) -> None:
         raise ConfigError([f"--num-workers {cfg.num_workers} needs about {needed} open files and this process may "
                            f"open {soft} (ulimit -n): give at most {soft // FILES_PER_CHILD - 1} workers or raise the "
                            "limit"])
+    if cfg.lr_decay_steps and cfg.max_steps is None:
+        print(f"warning: --lr-decay-steps {cfg.lr_decay_steps} without --max-steps: past that step the run trains at "
+              "lr 0; give --max-steps the same number", file=sys.stderr)
     if cfg.lr > 1.0:
         print(f"warning: --lr {cfg.lr:g} is far above what A3C trains with (1e-5 to 1e-2 here): each update would "
               "move every weight by about that much", file=sys.stderr)
@@ -127,7 +131,8 @@ def _prepare_resume(resume_dir: str, args: dict[str, Any], rejoin: bool = False)
         try:
             payload, path = load_latest(run_dir / "checkpoints", warn=lambda m: print(m, file=sys.stderr))
             check_same_experiment(cfg, payload.get("config"), path)
-            check_training_payload(payload, path, build_model(env_info.obs_shape, env_info.num_actions, cfg))
+            check_training_payload(payload, path, build_model(env_info.obs_shape, env_info.num_actions, cfg),
+                                   cfg.optimizer)
         except CheckpointError as exc:
             if not rejoin:
                 raise ConfigError([f"--resume {resume_dir}: {exc}"]) from None
@@ -211,7 +216,8 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
     denormals_flushed_before = flush_denormals()  # as in every child: serial mode learns here
     torch.manual_seed(cfg.seed)
     model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg)
-    shared = SharedState.create(model, max(1, cfg.num_workers or 0), cfg.optimizer, cfg.lr, cfg.lr_warmup_updates)
+    schedule = LrSchedule(cfg.lr, cfg.lr_warmup_updates, cfg.lr_decay_steps)
+    shared = SharedState.create(model, max(1, cfg.num_workers or 0), cfg.optimizer, schedule)
     if prepared.payload is not None:
         before = restore_training(shared, prepared.payload)
         session = before.session + 1

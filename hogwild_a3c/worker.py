@@ -13,7 +13,7 @@ The hot loop, per rollout of T steps over K environments:
 4. Replay with gradients: the conv encoder sees all T*K frames as one batch and `nn.LSTM` runs
    fused over the sequence from the LSTM state saved at the rollout's start; one backward.
 5. Clip to the global norm and push through the link (on one machine: hand the gradients to the
-   shared parameters and step this worker's Adam); count the steps in this worker's own slot.
+   shared parameters and step this worker's optimizer); count the steps in this worker's own slot.
 
 With `--normalize-obs` / `--normalize-reward` (the `vector` preset), the model carries running
 statistics as buffers (`model.RunningMoments`). Acting and replay use the local copy pulled at
@@ -284,7 +284,7 @@ class Worker:
             self.link.count("skipped_updates")
             return False
         self.link.push(self.model)
-        phase_done("push (hand-off + Adam)")
+        phase_done("push (hand-off + optimizer)")
         batch = returns.size if cfg.loss_reduction == "sum" else 1  # progress.csv shows per-sample losses
         self.link.record_update(
             loss.policy.item() / batch, loss.value.item() / batch, loss.entropy.item() / batch, grad_norm

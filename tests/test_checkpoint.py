@@ -4,6 +4,7 @@ import json
 import math
 
 import pandas as pd
+import pytest
 import torch
 
 from hogwild_a3c import train
@@ -12,6 +13,7 @@ from hogwild_a3c.config import Config
 from hogwild_a3c.envs import describe_env
 from hogwild_a3c.evaluator import Evaluator
 from hogwild_a3c.model import build_model
+from hogwild_a3c.optim import LrSchedule
 from hogwild_a3c.shared import SharedState
 from tests.helpers import CARTPOLE, FixedLink, last_session
 
@@ -66,7 +68,8 @@ def test_resume_with_more_workers_gives_new_slots_an_old_workers_statistics(tmp_
 
     cfg = config_from_dict(json.loads((run_dir / "config.json").read_text()), "config.json")
     info = describe_env(cfg.env)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 2, cfg.optimizer, cfg.lr)
+    model = build_model(info.obs_shape, info.num_actions, cfg)
+    shared = SharedState.create(model, 2, cfg.optimizer, LrSchedule(cfg.lr))
     restore_training(shared, before)
     saved = before["optimizer"]["states"][0]
     for state in shared.optimizer_states:
@@ -74,25 +77,26 @@ def test_resume_with_more_workers_gives_new_slots_an_old_workers_statistics(tmp_
         assert all(torch.equal(a, b) for a, b in zip(state["exp_avg_sq"], saved["exp_avg_sq"]))
 
 
-def test_resume_with_shared_adam_continues_its_one_set_of_statistics(tmp_path):
+@pytest.mark.parametrize("optimizer", ["shared-adam", "shared-rmsprop"])
+def test_resume_with_a_shared_optimizer_continues_its_one_set_of_statistics(tmp_path, optimizer):
     run_dir = tmp_path / "run"
-    argv = ["--num-workers", "0", "--optimizer", "shared-adam", "--eval-episodes", "0"]
+    argv = ["--num-workers", "0", "--optimizer", optimizer, "--eval-episodes", "0"]
     assert train.main([*CARTPOLE, *argv, "--max-steps", "400", "--run-dir", str(run_dir)]) == 0
     before = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["optimizer"]
     assert train.main(["--resume", str(run_dir), "--max-steps", "800", "--no-progress"]) == 0
     after = load_checkpoint(run_dir / "checkpoints" / "latest.pt")["optimizer"]
-    assert after["kind"] == "shared-adam" and len(after["states"]) == 1
+    assert after["kind"] == optimizer and len(after["states"]) == 1
     assert int(after["states"][0]["step"][0]) == int(before["states"][0]["step"][0]) + 20
 
 
 def test_restore_is_the_inverse_of_the_payload():
     torch.manual_seed(0)
-    shared = SharedState.create(build_model((4,), 2, 8), 2, "adam", 1e-3)
+    shared = SharedState.create(build_model((4,), 2, 8), 2, "adam", LrSchedule(1e-3))
     shared.optimizer_states[1]["step"].fill_(7)
     counters = {"updates": 10, "skipped_updates": 1, "env_errors": 2, "worker_restarts": 0}
     progress = Progress(1234, 56.5, 3, 9.5, counters)
     payload = training_payload(shared.snapshot_weights(), shared, Config(env="CartPole-v1"), progress)
-    fresh = SharedState.create(build_model((4,), 2, 8), 2, "adam", 1e-3)
+    fresh = SharedState.create(build_model((4,), 2, 8), 2, "adam", LrSchedule(1e-3))
     assert restore_training(fresh, payload) == progress
     assert fresh.global_step() == 1234 and int(fresh.optimizer_states[1]["step"][0]) == 7
     for key, value in shared.snapshot_weights().items():

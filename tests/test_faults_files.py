@@ -222,6 +222,8 @@ def first_state(change):
 CRAFTED = {
     "optimizer of the wrong shape": (
         first_state(lambda state: state["exp_avg"].__setitem__(0, torch.zeros(3, 3))), "exp_avg[0] is (3, 3)"),
+    "another optimizer's statistics": (
+        with_optimizer(lambda optimizer: optimizer.update(kind="rmsprop")), "its optimizer is rmsprop, whose"),
     "empty optimizer list": (with_optimizer(lambda optimizer: optimizer.update(states=[])), "no optimizer statistics"),
     "NaN Adam moments": (
         first_state(lambda state: state["exp_avg_sq"][0].fill_(float("nan"))), "exp_avg_sq[0] is"),

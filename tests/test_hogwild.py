@@ -4,9 +4,10 @@ import multiprocessing as mp
 import torch
 
 from hogwild_a3c.model import ActorCritic
+from hogwild_a3c.optim import LrSchedule, SharedAdam, SharedRMSprop, new_optimizer_state
 from hogwild_a3c.process import flush_denormals, run_child
 from hogwild_a3c.reports import InProcessReports
-from hogwild_a3c.shared import HogwildLink, SharedAdam, SharedState, copy_weights, hand_over_gradients, new_adam_state
+from hogwild_a3c.shared import HogwildLink, SharedState, copy_weights, hand_over_gradients
 
 
 def _loss(model):
@@ -41,64 +42,114 @@ def test_without_hand_off_the_shared_weights_do_not_move():
         torch.testing.assert_close(p_after.detach(), p_before)
 
 
-def test_adam_statistics_live_in_the_given_shared_tensors():
+def _twin_models() -> tuple[ActorCritic, ActorCritic]:
     torch.manual_seed(0)
     model = ActorCritic((3,), 2, lstm_size=8)
-    state = new_adam_state(model)
     reference_model = ActorCritic((3,), 2, lstm_size=8)
     reference_model.load_state_dict(model.state_dict())
-    ours = SharedAdam(list(model.parameters()), state, lr=0.01)
+    return model, reference_model
+
+
+def _step_both(model, ours, lr, reference_model, reference) -> None:
+    for m in (model, reference_model):
+        m.zero_grad(set_to_none=True)
+        _loss(m).backward()
+    ours.step(lr)
+    reference.step()
+
+
+def test_adam_statistics_live_in_the_given_shared_tensors():
+    model, reference_model = _twin_models()
+    state = new_optimizer_state(model, "adam")
+    ours = SharedAdam(list(model.parameters()), state)
     reference = torch.optim.Adam(reference_model.parameters(), lr=0.01)
     for _ in range(5):
-        for m, opt in [(model, ours), (reference_model, reference)]:
-            opt.zero_grad()
-            _loss(m).backward()
-            opt.step()
+        _step_both(model, ours, 0.01, reference_model, reference)
     for p, q in zip(model.parameters(), reference_model.parameters()):
         torch.testing.assert_close(p, q)
     assert torch.all(state["step"] == 5)
     assert all(t.abs().sum() > 0 for t in state["exp_avg_sq"])
 
 
+def test_rmsprop_is_torch_rmsprop_with_the_a3c_papers_decay_and_epsilon():
+    model, reference_model = _twin_models()
+    state = new_optimizer_state(model, "shared-rmsprop")
+    assert set(state) == {"step", "square_avg"}
+    ours = SharedRMSprop(list(model.parameters()), state)
+    reference = torch.optim.RMSprop(reference_model.parameters(), lr=0.01, alpha=0.99, eps=0.1)
+    for _ in range(5):
+        _step_both(model, ours, 0.01, reference_model, reference)
+    for p, q in zip(model.parameters(), reference_model.parameters()):
+        torch.testing.assert_close(p, q)
+    assert torch.all(state["step"] == 5)
+    assert all(t.abs().sum() > 0 for t in state["square_avg"])
+
+
+def test_every_optimizer_the_flag_offers_is_one_the_link_builds():
+    import dataclasses
+
+    from hogwild_a3c.config import Config
+    from hogwild_a3c.optim import OPTIMIZER_KINDS
+
+    choices = next(f for f in dataclasses.fields(Config) if f.name == "optimizer").metadata["choices"]
+    assert tuple(choices) == OPTIMIZER_KINDS
+
+
 def test_lr_warmup_is_torch_adam_under_a_linear_schedule_and_survives_a_new_optimizer():
     """Update n of N warm-up updates steps at lr * n / N, as torch's Adam under LambdaLR; a new
     SharedAdam over the same statistics (a resumed run) goes on from the saved count, it does not
     warm up again."""
-    torch.manual_seed(0)
-    model = ActorCritic((3,), 2, lstm_size=8)
-    reference_model = ActorCritic((3,), 2, lstm_size=8)
-    reference_model.load_state_dict(model.state_dict())
-    state = new_adam_state(model)
+    model, reference_model = _twin_models()
+    state = new_optimizer_state(model, "adam")
+    schedule = LrSchedule(0.01, warmup_updates=4)
     reference = torch.optim.Adam(reference_model.parameters(), lr=0.01)
-    schedule = torch.optim.lr_scheduler.LambdaLR(reference, lambda k: min(1.0, (k + 1) / 4))
+    reference_schedule = torch.optim.lr_scheduler.LambdaLR(reference, lambda k: min(1.0, (k + 1) / 4))
     for update in range(6):
         if update in (0, 2):  # the second optimizer: what a resume builds over restored statistics
-            ours = SharedAdam(list(model.parameters()), state, lr=0.01, warmup_updates=4)
-        for m, opt in [(model, ours), (reference_model, reference)]:
-            opt.zero_grad()
-            _loss(m).backward()
-            opt.step()
-        schedule.step()
+            ours = SharedAdam(list(model.parameters()), state)
+        _step_both(model, ours, schedule.at(ours.next_update(), 0), reference_model, reference)
+        reference_schedule.step()
         for p, q in zip(model.parameters(), reference_model.parameters()):
             torch.testing.assert_close(p, q)
-    assert [ours.step_size(n) for n in (1, 2, 4, 100)] == [0.0025, 0.005, 0.01, 0.01]
-    plain = SharedAdam(list(model.parameters()), state, lr=0.01)
-    assert plain.step_size(1) == 0.01
+    assert [schedule.at(n, 0) for n in (1, 2, 4, 100)] == [0.0025, 0.005, 0.01, 0.01]
+    assert LrSchedule(0.01).at(1, 0) == 0.01
+
+
+def test_lr_decay_falls_linearly_to_zero_at_its_global_step_and_stays_there():
+    decay = LrSchedule(0.01, decay_steps=1000)
+    assert [decay.at(1, step) for step in (0, 250, 1000, 5000)] == [0.01, 0.0075, 0.0, 0.0]
+    both = LrSchedule(0.01, warmup_updates=4, decay_steps=1000)  # the two multiply
+    assert both.at(2, 500) == 0.01 * 0.5 * 0.5
+
+
+def test_a_links_update_follows_the_decay_at_the_global_step():
+    """The link hands the schedule the run's global step: at the decay's end an update leaves the
+    weights where they were; halfway, Adam's first step moves each weight by lr / 2."""
+    torch.manual_seed(0)
+    shared = SharedState.create(ActorCritic((3,), 2, lstm_size=8), 1, "adam", LrSchedule(0.01, decay_steps=100))
+    link = HogwildLink(shared, 0, InProcessReports())
+    local = ActorCritic((3,), 2, lstm_size=8)
+    for steps_before, expected_move in ((50, 0.005), (50, 0.0)):
+        link.add_steps(steps_before)
+        link.pull(local)
+        before = [p.detach().clone() for p in shared.model.parameters()]
+        local.zero_grad(set_to_none=True)
+        _loss(local).backward()
+        link.push(local)
+        moved = max(float((p.detach() - b).abs().max()) for p, b in zip(shared.model.parameters(), before))
+        assert abs(moved - expected_move) < 1e-6, (steps_before, moved)
 
 
 def test_shared_adam_leaves_a_parameter_without_gradient_alone_as_torch_does():
-    torch.manual_seed(0)
-    model = ActorCritic((3,), 2, lstm_size=8)
-    reference_model = ActorCritic((3,), 2, lstm_size=8)
-    reference_model.load_state_dict(model.state_dict())
-    state = new_adam_state(model)
-    ours = SharedAdam(list(model.parameters()), state, lr=0.01)
+    model, reference_model = _twin_models()
+    state = new_optimizer_state(model, "adam")
+    ours = SharedAdam(list(model.parameters()), state)
     reference = torch.optim.Adam(reference_model.parameters(), lr=0.01, fused=True)
-    for m, opt in [(model, ours), (reference_model, reference)]:
-        opt.zero_grad()
+    for m in (model, reference_model):
         _loss(m).backward()
         next(m.parameters()).grad = None  # e.g. a head the loss did not reach
-        opt.step()
+    ours.step(0.01)
+    reference.step()
     for p, q in zip(model.parameters(), reference_model.parameters()):
         torch.testing.assert_close(p, q)
     assert state["step"][0] == 0 and torch.all(state["step"][1:] == 1)
@@ -118,7 +169,7 @@ def test_a_spawned_childs_update_is_seen_by_the_parent():
     ctx = mp.get_context("spawn")
     torch.manual_seed(0)
     model = ActorCritic((3,), 2, lstm_size=8)
-    shared = SharedState.create(model, 2, "adam", 1e-3)
+    shared = SharedState.create(model, 2, "adam", LrSchedule(1e-3))
     before = [p.detach().clone() for p in model.parameters()]
     proc = ctx.Process(target=_child_pushes_one_update, args=(shared.for_child(1),))
     proc.start()
@@ -142,7 +193,8 @@ def test_a_workers_update_does_not_import_torch_dynamo():
         "from tests.test_hogwild import _child_pushes_one_update\n"
         "from hogwild_a3c.model import ActorCritic\n"
         "from hogwild_a3c.shared import SharedState\n"
-        "shared = SharedState.create(ActorCritic((3,), 2, lstm_size=8), 2, 'adam', 1e-3)\n"
+        "from hogwild_a3c.optim import LrSchedule\n"
+        "shared = SharedState.create(ActorCritic((3,), 2, lstm_size=8), 2, 'adam', LrSchedule(1e-3))\n"
         "_child_pushes_one_update(shared.for_child(1))\n"
         "assert torch.all(shared.optimizer_states[1]['step'] == 1)\n"
         "print('torch._dynamo' in sys.modules)\n"
@@ -158,7 +210,7 @@ def _adam_moment_after_a_zero_gradient_step(moment: float) -> float:
     param = torch.nn.Parameter(torch.ones(4))
     state = {"step": torch.zeros(1), "exp_avg": [torch.full((4,), moment)], "exp_avg_sq": [torch.ones(4)]}
     param.grad = torch.zeros(4)
-    SharedAdam([param], state, lr=0.01).step()
+    SharedAdam([param], state).step(0.01)
     return float(state["exp_avg"][0][0])
 
 

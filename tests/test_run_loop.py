@@ -11,6 +11,7 @@ from hogwild_a3c.config import Config
 from hogwild_a3c.lstm_watch import LstmHealth
 from hogwild_a3c.messages import ChildRaised, EpisodeEnded, Evaluated, WriteFailed
 from hogwild_a3c.model import build_model
+from hogwild_a3c.optim import LrSchedule
 from hogwild_a3c.recorder import Recorder
 from hogwild_a3c.run_loop import RunLoop
 from hogwild_a3c.shared import STAT, SharedState
@@ -48,7 +49,7 @@ class Children:
 
 def make_loop(tmp_path, **settings):
     cfg = Config(env="CartPole-v1", num_workers=1, lstm_size=8, no_progress=True, **settings)
-    shared = SharedState.create(build_model((4,), 2, cfg), 1, cfg.optimizer, cfg.lr)
+    shared = SharedState.create(build_model((4,), 2, cfg), 1, cfg.optimizer, LrSchedule(cfg.lr))
     recorder = Recorder(tmp_path, cfg, None, [], session=0, global_step=0)
     policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
     before = Progress(elapsed_s=10.0, best_eval_return=-math.inf, counters={"updates": 5})

@@ -10,6 +10,7 @@ import pytest
 from hogwild_a3c.config import Config
 from hogwild_a3c.envs import describe_env
 from hogwild_a3c.model import build_model
+from hogwild_a3c.optim import LrSchedule
 from hogwild_a3c.shared import NOT_READY, SharedState
 from hogwild_a3c.supervisor import Hooks, ProcessChildren, RestartBudget
 from tests.helpers import alive
@@ -29,7 +30,7 @@ def children(tmp_path):
     cfg = Config(env="CartPole-v1", num_workers=1, eval_episodes=0, lstm_size=8, max_worker_restarts=1,
                  stall_timeout=2.0)
     info = describe_env(cfg.env)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, 8), 1, "adam", 1e-3)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, 8), 1, "adam", LrSchedule(1e-3))
     said = {"log": [], "error": [], "fail": [], "messages": []}
     hooks = Hooks(log=said["log"].append, error=said["error"].append, fail=said["fail"].append,
                   pids_changed=lambda pids: None, best_return=lambda: float("-inf"), deliver=said["messages"].extend)
