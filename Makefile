@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-atari bench-pong bench-pong-compare bench-frames profile-hot-loop plot notebook clean
+.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-atari bench-pong bench-pong-compare bench-frames bench-precision bench-vector-env profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -70,6 +70,12 @@ bench-pong-compare: $(STAMP)
 
 bench-frames: $(STAMP)
 	$(PY) experiments/bench_frames.py $(ARGS)
+
+bench-precision: $(STAMP)
+	$(PY) experiments/bench_precision.py $(ARGS)
+
+bench-vector-env: $(STAMP)
+	$(PY) experiments/bench_vector_env.py $(ARGS)
 
 profile-hot-loop: $(STAMP)
 	$(PY) experiments/profile_hot_loop.py $(ARGS)

@@ -4,7 +4,7 @@ of `_process_frame42` (crop, resize each RGB channel 160 -> 80 -> 42, mean of th
 import numpy as np
 import pytest
 
-from hogwild_a3c.envs import EnvSpecError, describe_env, make_env
+from hogwild_a3c.envs import EnvSpecError, Frame42, describe_env, make_env
 from tests.helpers import slow_linear_resize
 
 
@@ -51,6 +51,16 @@ def test_seed_frames_are_the_rgb_channel_mean_of_a_real_pong_screen(frames):
 def test_fast_frames_are_ales_greyscale_resized_the_same_way(frames):
     obs, _, grey = frames["fast"]
     np.testing.assert_allclose(obs[0], slow_grey_frame42(grey), atol=2e-6)
+
+
+def test_a_batch_of_grey_frames_is_each_frame_resized_alone(frames):
+    """`Frame42.grey_batch`, for frames that come from a vector env as one array."""
+    _, _, grey = frames["fast"]
+    batch = np.stack([grey, np.flipud(grey), np.zeros_like(grey)])
+    out = Frame42().grey_batch(batch)
+    assert out.shape == (3, 1, 42, 42) and out.dtype == np.float32
+    for k in range(3):
+        np.testing.assert_allclose(out[k, 0], slow_grey_frame42(batch[k]), atol=2e-6)
 
 
 def test_the_two_modes_see_the_same_screen_in_different_greys(frames):

@@ -1,0 +1,146 @@
+"""`make bench-precision`: what bfloat16 autocast buys a worker's learn step and acting forward
+on this CPU, against float32, and how far its gradients are from float32's.
+
+One real Worker (one thread, as the trainer gives each worker) on Pong with the `atari` preset
+collects --rollouts rollouts of real frames. Then, rollout by rollout and alternating which goes
+first, the worker's own `learn` (replay forward, loss, backward, clip, Adam) runs once in float32
+and once under `torch.autocast("cpu", torch.bfloat16)`: master weights, gradients and Adam stay
+float32, only the forward's matmuls and convolutions run in bf16. The acting forward
+(`model.step` on the preset's batch of envs) is timed the same way. Medians of the per-rollout
+times and of their ratio (float32 / bf16: above 1 means bf16 is faster).
+
+Gradient agreement: for each rollout, from the same weights, the cosine similarity and the
+relative L2 distance between the float32 gradient and the bf16 one, and the same between two
+float32 gradients of the rollout under a weight perturbation of 1e-3 relative size, as a scale of
+what a harmless difference looks like. Writes experiments/results/precision/<date>-<name>.md.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import statistics
+import time
+
+from benchlib import header, load_config, results_dir
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=60)
+    parser.add_argument("--preset", default="atari")
+    parser.add_argument("--name", default="bf16-autocast", help="results file: <date>-<name>.md")
+    args = parser.parse_args()
+    if args.rollouts < 1:
+        parser.error("--rollouts must be at least 1")
+
+    from hogwild_a3c.process import one_thread_per_child
+
+    one_thread_per_child()
+    import torch
+
+    torch.set_num_threads(1)
+    from hogwild_a3c.config import Config
+    from hogwild_a3c.envs import describe_env, parse_env_kwargs, register_atari
+    from hogwild_a3c.model import build_model
+    from hogwild_a3c.optim import LrSchedule
+    from hogwild_a3c.presets import load_preset
+    from hogwild_a3c.reports import InProcessReports
+    from hogwild_a3c.shared import HogwildLink, SharedState
+    from hogwild_a3c.worker import Worker
+
+    register_atari()
+    config = load_config("throughput")
+    cfg = Config(**{**load_preset(args.preset)[0], "env": config["env"],
+                    "env_kwargs": parse_env_kwargs(config["env_kwargs"])})
+    info = describe_env(cfg.env, cfg.env_kwargs)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, cfg.optimizer,
+                                LrSchedule(cfg.lr))
+    reports = InProcessReports()
+    worker = Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=0)
+
+    def bf16():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+
+    precisions = {"float32": contextlib.nullcontext, "bf16": bf16}
+    learn_ms: dict[str, list[float]] = {name: [] for name in precisions}
+    act_ms: dict[str, list[float]] = {name: [] for name in precisions}
+    agreement: dict[str, list[tuple[float, float]]] = {"bf16 vs float32": [], "float32, weights moved 1e-3": []}
+
+    class GradientTaken(Exception):
+        """Raised after learn's backward, so that its Adam step does not move the shared weights."""
+
+    def gradient_of(rollout, context) -> torch.Tensor:
+        grads = []
+
+        def grab(phase: str) -> None:
+            if phase == "backward":
+                grads.append(torch.cat([p.grad.flatten() for p in worker.params]))
+                raise GradientTaken
+        with context(), contextlib.suppress(GradientTaken):
+            worker.learn(rollout, phase_done=grab)
+        return grads[0]
+
+    def compare(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+        a, b = a.double(), b.double()  # float32 rounding alone puts a cosine near 1 above it
+        return float(torch.nn.functional.cosine_similarity(a, b, dim=0)), float((a - b).norm() / a.norm())
+
+    state = worker.model.initial_state(cfg.envs_per_worker)
+    obs = torch.from_numpy(worker.obs.copy())
+    for index in range(args.rollouts + 5):
+        worker.link.pull(worker.model)
+        rollout = worker.collect()
+        if rollout is None:  # an env raised; the worker recreated it
+            continue
+        order = list(precisions) if index % 2 == 0 else list(reversed(precisions))
+        for name in order:
+            with precisions[name]():
+                start = time.perf_counter()
+                worker.learn(rollout)
+                learn = time.perf_counter() - start
+                start = time.perf_counter()
+                with torch.no_grad():
+                    for _ in range(10):
+                        worker.model.step(obs, state)
+                act = (time.perf_counter() - start) / 10
+            if index >= 5:  # warm-up rollouts are not counted
+                learn_ms[name].append(learn * 1e3)
+                act_ms[name].append(act * 1e3)
+        reports.read()
+        if index >= 5 and index % 3 == 0:
+            worker.link.pull(worker.model)
+            reference = gradient_of(rollout, contextlib.nullcontext)
+            agreement["bf16 vs float32"].append(compare(reference, gradient_of(rollout, bf16)))
+            with torch.no_grad():
+                for p in worker.model.parameters():
+                    p.add_(torch.randn_like(p) * 1e-3 * p.abs().mean())
+            moved = gradient_of(rollout, contextlib.nullcontext)
+            agreement["float32, weights moved 1e-3"].append(compare(reference, moved))
+
+    lines = [header("bfloat16 autocast against float32: one worker's learn step and acting forward",
+                    f"python experiments/bench_precision.py --rollouts {args.rollouts} --preset {args.preset}",
+                    {"cpu bf16": f"avx512_bf16={torch.cpu._is_avx512_bf16_supported()}, "
+                                 f"amx={torch.cpu._is_amx_tile_supported()}",
+                     "batch": f"{cfg.envs_per_worker} envs x {cfg.rollout_steps} steps ({args.preset})"})]
+    lines.append("| phase | float32 ms | bf16 ms | float32 / bf16 (median of per-rollout ratios) |")
+    lines.append("|---|---|---|---|")
+    for phase, times in (("learn step", learn_ms), (f"acting forward ({cfg.envs_per_worker} envs)", act_ms)):
+        ratio = statistics.median(a / b for a, b in zip(times["float32"], times["bf16"]))
+        lines.append(f"| {phase} | {statistics.median(times['float32']):.2f} | {statistics.median(times['bf16']):.2f} "
+                     f"| {ratio:.2f}x |")
+    lines.append("")
+    lines.append("| gradients compared | cosine similarity (median, min) | relative L2 distance (median, max) |")
+    lines.append("|---|---|---|")
+    for name, pairs in agreement.items():
+        cosines, distances = [c for c, _ in pairs], [d for _, d in pairs]
+        lines.append(f"| {name} | {statistics.median(cosines):.4f}, {min(cosines):.4f} "
+                     f"| {statistics.median(distances):.4f}, {max(distances):.4f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = results_dir("precision") / f"{dt.date.today().isoformat()}-{args.name}.md"
+    out.write_text(text)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
