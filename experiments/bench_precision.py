@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import statistics
 import time
 
-from benchlib import header, load_config, results_dir
+from benchlib import header, load_config, write_dated_result
 
 
 def main():
@@ -135,11 +134,7 @@ def main():
         cosines, distances = [c for c, _ in pairs], [d for _, d in pairs]
         lines.append(f"| {name} | {statistics.median(cosines):.4f}, {min(cosines):.4f} "
                      f"| {statistics.median(distances):.4f}, {max(distances):.4f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = results_dir("precision") / f"{dt.date.today().isoformat()}-{args.name}.md"
-    out.write_text(text)
-    print(f"wrote {out}")
+    write_dated_result("precision", args.name, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

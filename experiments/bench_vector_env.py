@@ -14,14 +14,13 @@ compared. Writes experiments/results/vector-env/<date>-<name>.md.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import statistics
 import time
 
 import numpy as np
 
-from benchlib import header, load_config, results_dir
+from benchlib import header, load_config, write_dated_result
 
 
 def main():
@@ -106,11 +105,7 @@ def main():
         diff = float(np.abs(firsts[name] - reference).max()) if firsts[name].shape == reference.shape else float("nan")
         lines.append(f"| {name} | {statistics.median(values):,.0f} | {', '.join(f'{v:,.0f}' for v in values)} "
                      f"| {statistics.median(values) / base:.2f}x | {diff:.4f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = results_dir("vector-env") / f"{dt.date.today().isoformat()}-{args.name}.md"
-    out.write_text(text)
-    print(f"wrote {out}")
+    write_dated_result("vector-env", args.name, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,15 @@ def results_dir(benchmark: str) -> Path:
     return path
 
 
+def write_dated_result(benchmark: str, name: str, text: str) -> Path:
+    """Print a result and write it to experiments/results/<benchmark>/<today>-<name>.md."""
+    print(text)
+    out = results_dir(benchmark) / f"{dt.date.today().isoformat()}-{name}.md"
+    out.write_text(text)
+    print(f"wrote {out}")
+    return out
+
+
 def load_config(name: str) -> dict:
     return json.loads((EXPERIMENTS / "configs" / f"{name}.json").read_text())
 

@@ -84,9 +84,15 @@ class _OverSharedState:
         parameter has had, as one the loss never reached keeps its count."""
         return float(self.step_counts.max()) + 1.0
 
-    def _with_gradients(self) -> list[int]:
+    @torch.no_grad()
+    def step(self, lr: float) -> None:
         # A parameter the loss did not reach keeps its statistics and its step count, as in torch.
-        return [i for i, p in enumerate(self.params) if p.grad is not None]
+        have = [i for i, p in enumerate(self.params) if p.grad is not None]
+        if have:
+            self._update(have, lr)
+
+    def _update(self, have: list[int], lr: float) -> None:
+        raise NotImplementedError
 
 
 class SharedAdam(_OverSharedState):
@@ -106,11 +112,7 @@ class SharedAdam(_OverSharedState):
         self.exp_avgs = state["exp_avg"]
         self.exp_avg_sqs = state["exp_avg_sq"]
 
-    @torch.no_grad()
-    def step(self, lr: float) -> None:
-        have = self._with_gradients()
-        if not have:
-            return
+    def _update(self, have: list[int], lr: float) -> None:
         steps = [self.steps[i] for i in have]
         torch._foreach_add_(steps, 1)
         torch._fused_adam_(
@@ -131,11 +133,7 @@ class SharedRMSprop(_OverSharedState):
         self.alpha, self.eps = alpha, eps
         self.square_avgs = state["square_avg"]
 
-    @torch.no_grad()
-    def step(self, lr: float) -> None:
-        have = self._with_gradients()
-        if not have:
-            return
+    def _update(self, have: list[int], lr: float) -> None:
         params: list[torch.Tensor] = [self.params[i] for i in have]
         grads = cast("list[torch.Tensor]", [p.grad for p in params])
         square_avgs = [self.square_avgs[i] for i in have]

@@ -1,10 +1,11 @@
 """The hand-off of gradients to shared memory, exactly; and that children's writes are seen."""
 import multiprocessing as mp
 
+import pytest
 import torch
 
 from hogwild_a3c.model import ActorCritic
-from hogwild_a3c.optim import LrSchedule, SharedAdam, SharedRMSprop, new_optimizer_state
+from hogwild_a3c.optim import LrSchedule, SharedAdam, build_optimizer, moment_keys, new_optimizer_state
 from hogwild_a3c.process import flush_denormals, run_child
 from hogwild_a3c.reports import InProcessReports
 from hogwild_a3c.shared import HogwildLink, SharedState, copy_weights, hand_over_gradients
@@ -58,31 +59,28 @@ def _step_both(model, ours, lr, reference_model, reference) -> None:
     reference.step()
 
 
-def test_adam_statistics_live_in_the_given_shared_tensors():
+# Each of our optimizers against torch's own, with the settings ours uses.
+TORCH_TWINS = {
+    "adam": (lambda params: torch.optim.Adam(params, lr=0.01), "exp_avg_sq"),
+    "shared-rmsprop": (lambda params: torch.optim.RMSprop(params, lr=0.01, alpha=0.99, eps=0.1), "square_avg"),
+}
+
+
+@pytest.mark.parametrize("kind", list(TORCH_TWINS))
+def test_each_optimizer_is_torchs_with_its_statistics_in_the_given_shared_tensors(kind):
+    """Adam as torch's; RMSprop as torch's with the A3C paper's decay and epsilon."""
+    make_reference, second_moment = TORCH_TWINS[kind]
     model, reference_model = _twin_models()
-    state = new_optimizer_state(model, "adam")
-    ours = SharedAdam(list(model.parameters()), state)
-    reference = torch.optim.Adam(reference_model.parameters(), lr=0.01)
+    state = new_optimizer_state(model, kind)
+    assert set(state) == {"step", *moment_keys(kind)} and second_moment in state
+    ours = build_optimizer(kind, list(model.parameters()), state)
+    reference = make_reference(reference_model.parameters())
     for _ in range(5):
         _step_both(model, ours, 0.01, reference_model, reference)
     for p, q in zip(model.parameters(), reference_model.parameters()):
         torch.testing.assert_close(p, q)
     assert torch.all(state["step"] == 5)
-    assert all(t.abs().sum() > 0 for t in state["exp_avg_sq"])
-
-
-def test_rmsprop_is_torch_rmsprop_with_the_a3c_papers_decay_and_epsilon():
-    model, reference_model = _twin_models()
-    state = new_optimizer_state(model, "shared-rmsprop")
-    assert set(state) == {"step", "square_avg"}
-    ours = SharedRMSprop(list(model.parameters()), state)
-    reference = torch.optim.RMSprop(reference_model.parameters(), lr=0.01, alpha=0.99, eps=0.1)
-    for _ in range(5):
-        _step_both(model, ours, 0.01, reference_model, reference)
-    for p, q in zip(model.parameters(), reference_model.parameters()):
-        torch.testing.assert_close(p, q)
-    assert torch.all(state["step"] == 5)
-    assert all(t.abs().sum() > 0 for t in state["square_avg"])
+    assert all(t.abs().sum() > 0 for t in state[second_moment])
 
 
 def test_every_optimizer_the_flag_offers_is_one_the_link_builds():
