@@ -5,14 +5,14 @@ and the learning-rate schedule they follow.
 for all. `rmsprop` and `shared-rmsprop` are the A3C paper's RMSprop (decay 0.99, epsilon 0.1;
 the paper found the shared statistics the more robust). Adam is torch's fused kernel and RMSprop
 torch's `_foreach` operations, called directly, never through a `torch.optim` optimizer: building
-one imports `torch._dynamo`, 1.0-1.8 s
-per process measured here, most of a worker's start-up on classic control. The arithmetic is
-checked against `torch.optim.Adam` and `torch.optim.RMSprop` in tests/test_hogwild.py.
+one imports `torch._dynamo`, 1.0-1.8 s per process measured here, most of a worker's start-up on
+classic control. The arithmetic is checked against `torch.optim.Adam` and `torch.optim.RMSprop`
+in tests/test_hogwild.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -68,12 +68,10 @@ class LrSchedule:
         return lr
 
 
-class SharedOptimizer(Protocol):
-    def step(self, lr: float) -> None: ...
-    def next_update(self) -> float: ...
+class SharedOptimizer:
+    """What both optimizers share: the step counters in shared memory and the choice of the
+    parameters that got a gradient; each subclass's `_update` is its arithmetic."""
 
-
-class _OverSharedState:
     def __init__(self, params: list[nn.Parameter], state: dict[str, Any]):
         self.params = params
         self.step_counts = state["step"]
@@ -95,7 +93,7 @@ class _OverSharedState:
         raise NotImplementedError
 
 
-class SharedAdam(_OverSharedState):
+class SharedAdam(SharedOptimizer):
     """Adam whose statistics live in the given (shared) tensors. The update is torch's fused CPU
     Adam kernel (one pass per tensor: 0.7 ms against 1.9 ms for the per-op loop on the universe
     model, measured here), the very call `torch.optim.Adam(fused=True)` makes.
@@ -123,7 +121,7 @@ class SharedAdam(_OverSharedState):
         )
 
 
-class SharedRMSprop(_OverSharedState):
+class SharedRMSprop(SharedOptimizer):
     """RMSprop (no momentum, not centred) whose running mean of squared gradients lives in the
     given (shared) tensors: torch's form, epsilon added after the square root."""
 
