@@ -1,7 +1,9 @@
 """`make bench-pong`: Pong (no sticky actions, the anchors' setting) with the default flags until a
 mean evaluation return of +18 or the time budget, once per seed (`SEEDS="0 1 2"`, the default),
 one run after another so each has the whole machine; writes the time and steps to +18 of each
-run, their median, the throughput, the evaluator's share of env steps, and the curves.
+run, their median, the throughput, the evaluator's share of env steps and of CPU, and the curves.
+After each run the raw env (the run's processes and envs on random actions, no model) is stepped
+for 20 s, so the trainer's steps/s is also given as a ratio to the machine's speed of that hour.
 
 Only `--env` and `--env-kwargs repeat_action_probability=0.0` choose the algorithm: the rest of
 the command line is the harness (seed, target, budget, run dir). Evaluation runs as in any run
@@ -24,6 +26,9 @@ from pathlib import Path
 import pandas as pd
 
 from benchlib import RUNS, header, load_config, markdown_table, results_dir, run_trainer
+from raw_env import raw_env_steps_per_s
+
+RAW_ENV_FILE = "raw_env.json"
 
 
 def main():
@@ -59,10 +64,20 @@ def main():
                 # A failed run is reported, not counted as a miss: its time says nothing about learning.
                 print(f"run for seed {seed} failed (exit {code}); see {run_dir}", flush=True)
                 continue
+            measure_raw_env(run_dir)
             run_dirs.append(run_dir)
     if not run_dirs:
         raise SystemExit("error: no run finished; nothing to report")
     report(run_dirs, walls, config, args.extra_flags, name)
+
+
+def measure_raw_env(run_dir: Path) -> None:
+    """The raw env's steps/s with the run's processes and envs, measured right after the run on the
+    same machine (whose speed drifts by hours), kept in the run dir for `--report-only`."""
+    cfg = json.loads((run_dir / "config.json").read_text())
+    rate = raw_env_steps_per_s(cfg["env"], cfg["env_kwargs"], cfg["num_workers"], cfg["envs_per_worker"])
+    (run_dir / RAW_ENV_FILE).write_text(json.dumps({"raw_env_steps_per_s": rate, "seconds": 20, "warmup": 5}))
+    print(f"raw env after {run_dir.name}: {rate:,.0f} steps/s", flush=True)
 
 
 def run_row(run_dir: Path, wall_s: float | None, target: float) -> dict:
@@ -78,6 +93,9 @@ def run_row(run_dir: Path, wall_s: float | None, target: float) -> dict:
     upto = per_eval[per_eval["time_s"] <= at["time_s"]] if at is not None else per_eval
     train_steps = int(at["global_step"]) if at is not None else int(progress["global_step"].iloc[-1])
     eval_steps = int(upto["eval_steps"].sum())
+    median_rate = float(progress["steps_per_s"].median())
+    raw_file = run_dir / RAW_ENV_FILE
+    raw = json.loads(raw_file.read_text())["raw_env_steps_per_s"] if raw_file.is_file() else None
     return {
         "run": run_dir.name,
         "preset": cfg.get("preset", "-"),
@@ -85,7 +103,9 @@ def run_row(run_dir: Path, wall_s: float | None, target: float) -> dict:
         "workers": cfg["num_workers"],
         "minutes_to_+18": float(at["time_s"] / 60) if at is not None else "not reached",
         "steps_to_+18": int(at["global_step"]) if at is not None else "not reached",
-        "median_steps_per_s": float(progress["steps_per_s"].median()),
+        "median_steps_per_s": median_rate,
+        "raw_env_steps_per_s": raw if raw else "-",
+        "trainer_over_raw": median_rate / raw if raw else "-",
         "eval_share_of_env_steps": eval_steps / max(1, eval_steps + train_steps),
         # progress rows are evenly spaced in time, so their mean is the share over the run
         "eval_cpu_share": float(progress["eval_cpu_share"].mean()) if "eval_cpu_share" in progress else "-",
@@ -110,6 +130,8 @@ def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, na
         "median_minutes_to_+18": _median_with_misses([r["minutes_to_+18"] for r in rows]),
         "median_steps_to_+18": _median_with_misses([r["steps_to_+18"] for r in rows]),
         "median_steps_per_s": statistics.median(r["median_steps_per_s"] for r in rows),
+        "median_trainer_over_raw": _median_of_measured([r["trainer_over_raw"] for r in rows]),
+        "median_eval_cpu_share": _median_of_measured([r["eval_cpu_share"] for r in rows]),
         "median_eval_share": statistics.median(r["eval_share_of_env_steps"] for r in rows),
     }
     out_dir = results_dir("pong")
@@ -123,11 +145,21 @@ def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, na
                    "budget": "budget_min per run (the run's --max-seconds)",
                    "wall time": "minutes_to_+18 is the trainer's clock at the first evaluation whose 5-episode mean "
                                 "reached +18 (evaluation in its own process, sharing the cores); start_and_stop_s is "
-                                "the rest of the command's wall time (imports, start-up, final checkpoint)"})
+                                "the rest of the command's wall time (imports, start-up, final checkpoint)",
+                   "raw env": "raw_env_steps_per_s: the run's processes and envs stepping Pong (42x42 frames, random "
+                              "actions, no model) for 20 s right after the run; trainer_over_raw is median_steps_per_s "
+                              "(progress.csv, evaluator running) over it",
+                   "evaluator CPU": "eval_cpu_share: the evaluator's share of the CPU time of workers and evaluator "
+                                    "(progress.csv's mean)"})
     text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table([summary], list(summary))
     text += f"\n![Pong curves]({name}.png)\n"
     (out_dir / f"{name}.md").write_text(text)
     print(text)
+
+
+def _median_of_measured(values: list) -> float | str:
+    measured = [v for v in values if not isinstance(v, str)]
+    return statistics.median(measured) if measured else "-"
 
 
 def _median_with_misses(values: list) -> float | str:

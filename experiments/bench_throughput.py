@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import multiprocessing as mp
 import os
 import statistics
 import sys
@@ -28,33 +27,7 @@ import pandas as pd
 
 from benchlib import RUNS, header, load_config, markdown_table, results_dir, run_trainer
 from hogwild_a3c.process import cpu_seconds  # benchlib put the repository on the path
-
-
-def _raw_env_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, warmup, barrier, out):
-    import torch
-
-    torch.set_num_threads(1)
-    from hogwild_a3c.envs import make_env, register_atari
-
-    register_atari()
-    pool = [make_env(env_id, env_kwargs) for _ in range(envs)]
-    for i, env in enumerate(pool):
-        env.reset(seed=i)
-        env.action_space.seed(i)
-    barrier.wait()
-
-    def run_for(duration):
-        steps, start = 0, time.time()
-        while time.time() - start < duration:
-            for env in pool:
-                *_, terminated, truncated, _ = env.step(env.action_space.sample())
-                if terminated or truncated:
-                    env.reset()
-            steps += envs
-        return steps / (time.time() - start)
-
-    run_for(warmup)
-    out.put(run_for(seconds))
+from raw_env import measure_processes, raw_env_steps_per_s
 
 
 def _acting_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, warmup, barrier, out, rank):
@@ -89,24 +62,6 @@ def _acting_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, wa
 
     run_for(warmup)
     out.put(run_for(seconds))
-
-
-def measure_processes(target, workers, args):
-    from hogwild_a3c.process import one_thread_per_child
-
-    one_thread_per_child()  # the same thread settings the trainer gives its workers
-    ctx = mp.get_context("spawn")
-    barrier, out = ctx.Barrier(workers), ctx.Queue()
-    procs = []
-    for rank in range(workers):
-        extra = (rank,) if target is _acting_process else ()
-        procs.append(ctx.Process(target=target, args=(*args, barrier, out, *extra)))
-    for p in procs:
-        p.start()
-    rates = [out.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join()
-    return sum(rates)
 
 
 def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False,
@@ -204,9 +159,9 @@ def main():
         raw, acting, trainer, rss = [], [], [], []
         for repeat in range(args.repeats):
             if not args.trainer_only:
-                reference = (env_id, kwargs, envs, args.preset, steps, args.seconds, args.warmup)
-                raw.append(measure_processes(_raw_env_process, workers, reference))
-                acting.append(measure_processes(_acting_process, workers, reference))
+                raw.append(raw_env_steps_per_s(env_id, kwargs, workers, envs, args.seconds, args.warmup))
+                acting.append(measure_processes(_acting_process, workers,
+                                                (env_id, kwargs, envs, args.preset, steps, args.seconds, args.warmup)))
             rate, mem, *_ = measure_trainer(env_id, env_kwargs, workers, envs, args.seconds, args.warmup, f"r{repeat}",
                                            preset=args.preset, rollout_steps=steps)
             trainer.append(rate)
