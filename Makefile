@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-atari bench-pong bench-pong-compare bench-frames bench-precision bench-vector-env profile-hot-loop plot notebook clean
+.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-atari bench-pong bench-pong-compare bench-frames bench-precision bench-vector-env bench-act-graph profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,9 @@ bench-frames: $(STAMP)
 
 bench-precision: $(STAMP)
 	$(PY) experiments/bench_precision.py $(ARGS)
+
+bench-act-graph: $(STAMP)
+	$(PY) experiments/bench_act_graph.py $(ARGS)
 
 bench-vector-env: $(STAMP)
 	$(PY) experiments/bench_vector_env.py $(ARGS)

@@ -1,0 +1,154 @@
+"""`make bench-act-graph`: what a worker would save by keeping the acting forward's autograd graph
+for its update (pytorch-a3c's way) instead of acting without autograd and replaying the rollout
+with gradients (this trainer's way), on this CPU, one thread.
+
+One real Worker on Pong with the `atari` preset collects --rollouts rollouts of real frames
+(`Worker.collect`, timed: env steps and acting forwards together). For each rollout, from the same
+weights and alternating which goes first:
+
+- replay (today): T acting forwards without autograd (`model.step`), then `model.replay` over the
+  T*K frames, the loss and one backward;
+- graph: T acting forwards with autograd (`model.step`, the LSTM state zeroed by a mask where an
+  episode restarted), the loss over their stacked outputs and one backward.
+
+Both compute the same gradient (checked: relative L2 distance, float32 rounding only). Reported:
+the medians of each path's time and the worker's predicted rollout time under each
+(collect + replay path's learn, against collect - its acting forwards + the graph path), with the
+clip and the optimizer step left out as the same for both.
+Writes experiments/results/act-graph/<date>-<name>.md.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from benchlib import header, load_config, write_dated_result
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rollouts", type=int, default=60)
+    parser.add_argument("--preset", default="atari")
+    parser.add_argument("--name", default="acting-graph-vs-replay", help="results file: <date>-<name>.md")
+    args = parser.parse_args()
+    if args.rollouts < 1:
+        parser.error("--rollouts must be at least 1")
+
+    from hogwild_a3c.process import one_thread_per_child
+
+    one_thread_per_child()
+    import torch
+
+    torch.set_num_threads(1)
+    from hogwild_a3c.algo import a3c_loss, rollout_targets
+    from hogwild_a3c.config import Config
+    from hogwild_a3c.envs import describe_env, parse_env_kwargs, register_atari
+    from hogwild_a3c.model import build_model
+    from hogwild_a3c.optim import LrSchedule
+    from hogwild_a3c.presets import load_preset
+    from hogwild_a3c.reports import InProcessReports
+    from hogwild_a3c.shared import HogwildLink, SharedState
+    from hogwild_a3c.worker import Worker
+
+    register_atari()
+    config = load_config("throughput")
+    cfg = Config(**{**load_preset(args.preset)[0], "env": config["env"],
+                    "env_kwargs": parse_env_kwargs(config["env_kwargs"])})
+    info = describe_env(cfg.env, cfg.env_kwargs)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, cfg.optimizer,
+                                LrSchedule(cfg.lr))
+    reports = InProcessReports()
+    worker = Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=0)
+    model = worker.model
+
+    def loss_of(rollout, logits, values, returns, advantages):
+        return a3c_loss(logits.flatten(0, 1), values.flatten(), torch.from_numpy(rollout.actions).flatten(),
+                        torch.from_numpy(advantages).flatten(), torch.from_numpy(returns).flatten(),
+                        value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef,
+                        reduction=cfg.loss_reduction).total
+
+    def acting_forwards(rollout):
+        """The rollout's T forwards as acting runs them; with autograd on, their outputs keep the graph."""
+        obs, resets = torch.from_numpy(rollout.obs), torch.from_numpy(rollout.resets)
+        state, logits, values = rollout.start_state, [], []
+        for t in range(cfg.rollout_steps):
+            if t > 0 and bool(resets[t].any()):
+                keep = (~resets[t]).to(state[0].dtype).view(1, -1, 1)
+                state = (state[0] * keep, state[1] * keep)
+            step_logits, step_values, state = model.step(obs[t], state)
+            logits.append(step_logits)
+            values.append(step_values)
+        return torch.stack(logits), torch.stack(values)
+
+    def gradient() -> torch.Tensor:
+        grad = torch.cat([p.grad.flatten() for p in worker.params])
+        for p in worker.params:
+            p.grad = None
+        return grad
+
+    def replay_path(rollout, targets):
+        start = time.perf_counter()
+        with torch.no_grad():
+            acting_forwards(rollout)
+        acting = time.perf_counter() - start
+        logits, values = model.replay(torch.from_numpy(rollout.obs), rollout.start_state,
+                                      torch.from_numpy(rollout.resets))
+        loss_of(rollout, logits, values, *targets).backward()
+        return acting, time.perf_counter() - start, gradient()
+
+    def graph_path(rollout, targets):
+        start = time.perf_counter()
+        logits, values = acting_forwards(rollout)
+        loss_of(rollout, logits, values, *targets).backward()
+        return time.perf_counter() - start, gradient()
+
+    times: dict[str, list[float]] = {"collect": [], "replay: acting forwards": [], "replay: all": [], "graph: all": []}
+    distances = []
+    for index in range(args.rollouts + 5):
+        worker.link.pull(model)
+        start = time.perf_counter()
+        rollout = worker.collect()
+        collect = time.perf_counter() - start
+        reports.read()
+        if rollout is None:  # an env raised; the worker recreated it
+            continue
+        targets = rollout_targets(rollout.rewards, rollout.values, rollout.dones, rollout.done_values,
+                                  rollout.last_values, cfg.gamma, cfg.gae_lambda)
+        if index % 2 == 0:
+            acting, replay_all, replay_grad = replay_path(rollout, targets)
+            graph_all, graph_grad = graph_path(rollout, targets)
+        else:
+            graph_all, graph_grad = graph_path(rollout, targets)
+            acting, replay_all, replay_grad = replay_path(rollout, targets)
+        if index < 5:  # warm-up rollouts are not counted
+            continue
+        for name, seconds in zip(times, (collect, acting, replay_all, graph_all)):
+            times[name].append(seconds * 1e3)
+        distances.append(float((replay_grad.double() - graph_grad.double()).norm() / replay_grad.double().norm()))
+
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    today = [c + r - a for c, a, r in zip(times["collect"], times["replay: acting forwards"], times["replay: all"])]
+    with_graph = [c + g for c, g in zip(times["collect"], times["graph: all"])]
+    lines = [header("Acting with autograd against acting without it and replaying: one worker",
+                    f"python experiments/bench_act_graph.py --rollouts {args.rollouts} --preset {args.preset}",
+                    {"batch": f"{cfg.envs_per_worker} envs x {cfg.rollout_steps} steps ({args.preset})",
+                     "times": "ms per rollout, median over the rollouts; clip and optimizer step left out (the same "
+                              "for both)"})]
+    lines.append("| measured | ms |")
+    lines.append("|---|---|")
+    for name, value in medians.items():
+        lines.append(f"| {name} | {value:.2f} |")
+    lines.append(f"| worker rollout today (collect + replay's learn) | {statistics.median(today):.2f} |")
+    lines.append(f"| worker rollout acting with autograd (collect - acting forwards + graph) | "
+                 f"{statistics.median(with_graph):.2f} |")
+    speedup = statistics.median(t / g for t, g in zip(today, with_graph))
+    lines.append("")
+    lines.append(f"Predicted worker speed-up (median of per-rollout ratios): **{speedup:.3f}x**. "
+                 f"Gradient distance between the paths, relative L2: median {statistics.median(distances):.2e}, "
+                 f"max {max(distances):.2e}.")
+    write_dated_result("act-graph", args.name, "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
