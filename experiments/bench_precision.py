@@ -16,47 +16,17 @@ what a harmless difference looks like. Writes experiments/results/precision/<dat
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
 import time
 
-from benchlib import header, load_config, write_dated_result
+from benchlib import header, pong_worker, worker_bench_args, write_dated_result
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rollouts", type=int, default=60)
-    parser.add_argument("--preset", default="atari")
-    parser.add_argument("--name", default="bf16-autocast", help="results file: <date>-<name>.md")
-    args = parser.parse_args()
-    if args.rollouts < 1:
-        parser.error("--rollouts must be at least 1")
-
-    from hogwild_a3c.process import one_thread_per_child
-
-    one_thread_per_child()
+    args = worker_bench_args(__doc__.splitlines()[0], "bf16-autocast")
+    cfg, worker, reports = pong_worker(args.preset)
     import torch
-
-    torch.set_num_threads(1)
-    from hogwild_a3c.config import Config
-    from hogwild_a3c.envs import describe_env, parse_env_kwargs, register_atari
-    from hogwild_a3c.model import build_model
-    from hogwild_a3c.optim import LrSchedule
-    from hogwild_a3c.presets import load_preset
-    from hogwild_a3c.reports import InProcessReports
-    from hogwild_a3c.shared import HogwildLink, SharedState
-    from hogwild_a3c.worker import Worker
-
-    register_atari()
-    config = load_config("throughput")
-    cfg = Config(**{**load_preset(args.preset)[0], "env": config["env"],
-                    "env_kwargs": parse_env_kwargs(config["env_kwargs"])})
-    info = describe_env(cfg.env, cfg.env_kwargs)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, cfg.optimizer,
-                                LrSchedule(cfg.lr))
-    reports = InProcessReports()
-    worker = Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=0)
 
     def bf16():
         return torch.autocast("cpu", dtype=torch.bfloat16)

@@ -80,3 +80,46 @@ def run_trainer(args: list[str], timeout: float | None = None, cwd: Path = REPO,
     where = "" if cwd == REPO else f" (in {cwd.relative_to(REPO)})"
     print(f"${where}", " ".join(command[1:]), flush=True)
     return subprocess.run(command, cwd=cwd, timeout=timeout, env=env).returncode
+
+
+def pong_worker(preset: str):
+    """One real `Worker` on the throughput config's Pong with `preset`, in this process, one thread
+    as the trainer gives each worker, its shared model of its own: (cfg, worker, reports)."""
+    from hogwild_a3c.process import one_thread_per_child
+
+    one_thread_per_child()
+    import torch
+
+    torch.set_num_threads(1)
+    from hogwild_a3c.config import Config
+    from hogwild_a3c.envs import describe_env, parse_env_kwargs, register_atari
+    from hogwild_a3c.model import build_model
+    from hogwild_a3c.optim import LrSchedule
+    from hogwild_a3c.presets import load_preset
+    from hogwild_a3c.reports import InProcessReports
+    from hogwild_a3c.shared import HogwildLink, SharedState
+    from hogwild_a3c.worker import Worker
+
+    register_atari()
+    config = load_config("throughput")
+    cfg = Config(**{**load_preset(preset)[0], "env": config["env"],
+                    "env_kwargs": parse_env_kwargs(config["env_kwargs"])})
+    info = describe_env(cfg.env, cfg.env_kwargs)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, cfg.optimizer,
+                                LrSchedule(cfg.lr))
+    reports = InProcessReports()
+    return cfg, Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=0), reports
+
+
+def worker_bench_args(description: str, name: str):
+    """The command line of a one-worker bench (`pong_worker`): --rollouts, --preset, --name."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rollouts", type=int, default=60)
+    parser.add_argument("--preset", default="atari")
+    parser.add_argument("--name", default=name, help="results file: <date>-<name>.md")
+    args = parser.parse_args()
+    if args.rollouts < 1:
+        parser.error("--rollouts must be at least 1")
+    return args
