@@ -3,7 +3,7 @@ mean evaluation return of +18 or the time budget, once per seed (`SEEDS="0 1 2"`
 one run after another so each has the whole machine; writes the time and steps to +18 of each
 run, their median, the throughput, the evaluator's share of env steps and of CPU, and the curves.
 After each run the raw env (the run's processes and envs on random actions, no model) is stepped
-for 20 s, so the trainer's steps/s is also given as a ratio to the machine's speed of that hour.
+for 20 s (`raw_env.SECONDS`), so the trainer's steps/s is also given as a ratio to the machine's speed of that hour.
 
 Only `--env` and `--env-kwargs repeat_action_probability=0.0` choose the algorithm: the rest of
 the command line is the harness (seed, target, budget, run dir). Evaluation runs as in any run
@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
 import statistics
+import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
 from benchlib import RUNS, header, load_config, markdown_table, results_dir, run_trainer
-from raw_env import raw_env_steps_per_s
+from raw_env import SECONDS, WARMUP, raw_env_steps_per_s
 
 RAW_ENV_FILE = "raw_env.json"
 
@@ -73,10 +76,19 @@ def main():
 
 def measure_raw_env(run_dir: Path) -> None:
     """The raw env's steps/s with the run's processes and envs, measured right after the run on the
-    same machine (whose speed drifts by hours), kept in the run dir for `--report-only`."""
+    same machine (whose speed drifts by hours), kept in the run dir for `--report-only`. A failure
+    here is printed and leaves the run's row without the ratio: the runs still to come matter more."""
+    from hogwild_a3c.envs import env_options
+
     cfg = json.loads((run_dir / "config.json").read_text())
-    rate = raw_env_steps_per_s(cfg["env"], cfg["env_kwargs"], cfg["num_workers"], cfg["envs_per_worker"])
-    (run_dir / RAW_ENV_FILE).write_text(json.dumps({"raw_env_steps_per_s": rate, "seconds": 20, "warmup": 5}))
+    try:
+        rate = raw_env_steps_per_s(cfg["env"], cfg["env_kwargs"], env_options(SimpleNamespace(**cfg)),
+                                   max(1, cfg["num_workers"]), cfg["envs_per_worker"])
+    except Exception as exc:  # noqa: BLE001 - any failure of the reference is reported, not fatal
+        print(f"raw env after {run_dir.name}: not measured ({type(exc).__name__}: {exc})", flush=True)
+        return
+    (run_dir / RAW_ENV_FILE).write_text(json.dumps({"raw_env_steps_per_s": rate, "seconds": SECONDS,
+                                                    "warmup": WARMUP}))
     print(f"raw env after {run_dir.name}: {rate:,.0f} steps/s", flush=True)
 
 
@@ -137,7 +149,9 @@ def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, na
     out_dir = results_dir("pong")
     plot_runs(run_dirs, out_dir / f"{name}.png", "Pong (no sticky actions): evaluation return",
               labels=[r["run"] for r in rows])
-    command = "make bench-pong" + (f" ARGS='--extra-flags \"{extra_flags}\" --out {name}'" if extra_flags else "")
+    given = shlex.join(sys.argv[1:])
+    command = ("make bench-pong" + (f" ARGS={shlex.quote(given)}" if given else "")
+               + (f" SEEDS={shlex.quote(os.environ['SEEDS'])}" if os.environ.get("SEEDS") else ""))
     text = header("Pong to a mean evaluation return of +18, default flags" if not extra_flags else
                   f"Pong to +18, variant: {extra_flags}", command,
                   {"algorithm flags": " ".join(["--env", config["env"], *config["flags"], extra_flags]).strip(),
@@ -146,9 +160,9 @@ def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, na
                    "wall time": "minutes_to_+18 is the trainer's clock at the first evaluation whose 5-episode mean "
                                 "reached +18 (evaluation in its own process, sharing the cores); start_and_stop_s is "
                                 "the rest of the command's wall time (imports, start-up, final checkpoint)",
-                   "raw env": "raw_env_steps_per_s: the run's processes and envs stepping Pong (42x42 frames, random "
-                              "actions, no model) for 20 s right after the run; trainer_over_raw is median_steps_per_s "
-                              "(progress.csv, evaluator running) over it",
+                   "raw env": "raw_env_steps_per_s: the run's processes and envs (made as the run made them) stepping "
+                              f"on random actions, no model, for {SECONDS:g} s right after the run; trainer_over_raw "
+                              "is median_steps_per_s (progress.csv, evaluator running) over it",
                    "evaluator CPU": "eval_cpu_share: the evaluator's share of the CPU time of workers and evaluator "
                                     "(progress.csv's mean)"})
     text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table([summary], list(summary))
@@ -158,7 +172,8 @@ def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, na
 
 
 def _median_of_measured(values: list) -> float | str:
-    measured = [v for v in values if not isinstance(v, str)]
+    """The median of the runs that have the figure ("-" or NaN where a run has not)."""
+    measured = [v for v in values if not isinstance(v, str) and not math.isnan(v)]
     return statistics.median(measured) if measured else "-"
 
 

@@ -147,9 +147,11 @@ def main():
     if bad:
         parser.error(f"--envs-per-worker and --rollout-steps take integers >= 1 (got {bad[0]})")
     env_id, env_kwargs = config["env"], config["env_kwargs"]
-    from hogwild_a3c.envs import parse_env_kwargs
+    from hogwild_a3c.config import Config
+    from hogwild_a3c.envs import env_options, parse_env_kwargs
 
     kwargs = parse_env_kwargs(env_kwargs)
+    options = env_options(Config(**preset_values))  # the raw env made as the preset's workers make theirs
     if args.eval_nice:
         return measure_eval_priority(args, env_id, env_kwargs, workers_list)
     rows = []
@@ -159,7 +161,7 @@ def main():
         raw, acting, trainer, rss = [], [], [], []
         for repeat in range(args.repeats):
             if not args.trainer_only:
-                raw.append(raw_env_steps_per_s(env_id, kwargs, workers, envs, args.seconds, args.warmup))
+                raw.append(raw_env_steps_per_s(env_id, kwargs, options, workers, envs, args.seconds, args.warmup))
                 acting.append(measure_processes(_acting_process, workers,
                                                 (env_id, kwargs, envs, args.preset, steps, args.seconds, args.warmup)))
             rate, mem, *_ = measure_trainer(env_id, env_kwargs, workers, envs, args.seconds, args.warmup, f"r{repeat}",

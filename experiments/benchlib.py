@@ -111,12 +111,12 @@ def pong_worker(preset: str):
     return cfg, Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=0), reports
 
 
-def worker_bench_args(description: str, name: str):
+def worker_bench_args(description: str, name: str, rollouts: int = 60):
     """The command line of a one-worker bench (`pong_worker`): --rollouts, --preset, --name."""
     import argparse
 
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--rollouts", type=int, default=60)
+    parser.add_argument("--rollouts", type=int, default=rollouts)
     parser.add_argument("--preset", default="atari")
     parser.add_argument("--name", default=name, help="results file: <date>-<name>.md")
     args = parser.parse_args()
