@@ -24,7 +24,8 @@ def resolved(**given):
 def test_atari_frames_get_universes_model_and_loss_with_the_atari_batching():
     cfg = resolved(env="ALE/Pong-v5")
     assert cfg.preset == "atari"
-    tuned = {"envs_per_worker": 8, "rollout_steps": 10, "lr": 4e-4, "lstm_forget_bias": 0.0, "normalize_obs": True,
+    tuned = {"envs_per_worker": 8, "rollout_steps": 10, "lr": 4e-4, "gae_lambda": 0.95, "lstm_forget_bias": 0.0,
+             "normalize_obs": True,
              "clip_reward": True, "life_loss": True, "fire_reset": True}
     assert {name: getattr(cfg, name) for name in PRESET_FIELDS} == {**UNIVERSE_VALUES, **tuned}
     assert resolved().preset == "atari"  # the default env is Pong
