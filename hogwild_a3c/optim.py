@@ -58,6 +58,11 @@ class LrSchedule:
     warmup_updates: int = 0
     decay_steps: int = 0
 
+    @property
+    def constant(self) -> bool:
+        """No warm-up and no decay: every update's rate is `lr`, so the caller need not count anything."""
+        return not (self.warmup_updates or self.decay_steps)
+
     def at(self, update: float, global_step: int) -> float:
         """The learning rate of update number `update` (counted from 1) at `global_step`."""
         lr = self.lr

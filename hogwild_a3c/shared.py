@@ -181,10 +181,10 @@ class HogwildLink:
     def push(self, local_model: nn.Module) -> None:
         hand_over_gradients(local_model, self.shared.model)
         schedule = self.schedule
-        if schedule.warmup_updates or schedule.decay_steps:
-            self.optimizer.step(schedule.at(self.optimizer.next_update(), self.global_step()))
-        else:
+        if schedule.constant:  # the usual case: no shared counters read per update
             self.optimizer.step(schedule.lr)
+        else:
+            self.optimizer.step(schedule.at(self.optimizer.next_update(), self.global_step()))
 
     def add_steps(self, steps: int) -> None:
         self.shared.worker_steps[self.rank] += steps
