@@ -36,25 +36,15 @@ def load_config(name: str) -> dict:
     return json.loads((EXPERIMENTS / "configs" / f"{name}.json").read_text())
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def header(title: str, command: str, extra: dict | None = None) -> str:
-    from hogwild_a3c.rundir import versions
+    from hogwild_a3c.rundir import cpu, describe_cpu, versions
 
     lines = [
         f"# {title}",
         "",
         f"- command: `{command}`",
         f"- date: {dt.datetime.now().astimezone().isoformat(timespec='seconds')}",
-        f"- hardware: {os.cpu_count()} cores, {cpu_model()}, {platform.platform()}",
+        f"- hardware: {os.cpu_count()} cores, {describe_cpu(cpu())}, {platform.platform()}",
         f"- versions: {', '.join(f'{k} {v}' for k, v in versions().items())}",
     ]
     for key, value in (extra or {}).items():

@@ -31,7 +31,7 @@ from .logs import (
     upgrade_schema,
     write_json,
 )
-from .rundir import new_meta, now_iso, versions
+from .rundir import cpu, new_meta, now_iso, versions
 
 
 class _TerminalHandler(logging.Handler):
@@ -175,7 +175,7 @@ class Recorder:
             self.session: dict[str, Any] = {
                 "session": session, "pid": os.getpid(), "start": now_iso(), "end": None, "ended": "running",
                 "exit_code": None, "global_step_start": global_step, "argv": argv,
-                "versions": versions(), "num_workers": cfg.num_workers,
+                "versions": versions(), "cpu": cpu(), "num_workers": cfg.num_workers,
             }
             if node is not None:
                 self.session["node"] = node  # rank, world size, host: the multi-node layout of this session

@@ -241,6 +241,37 @@ def versions() -> dict[str, str]:
     return found
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def cpu() -> dict[str, Any]:
+    """The processor a session runs on and the vector instructions torch's kernels use on it. The
+    machines this project is measured on differ ~1.7x per rollout (an AVX-512 Xeon, an AVX2 EPYC),
+    and bf16 pays only with AVX-512 BF16 or AMX, so a run's steps/s is read against this record.
+    Each session has its own: a resumed run may continue on another machine."""
+    import torch
+
+    def supported(name: str) -> bool:  # private probes: a torch without one answers False, not an error
+        probe = getattr(torch.cpu, name, None)
+        return bool(probe()) if callable(probe) else False
+
+    return {"model": cpu_model(), "torch_capability": torch.backends.cpu.get_cpu_capability(),
+            "avx512_bf16": supported("_is_avx512_bf16_supported"), "amx": supported("_is_amx_tile_supported")}
+
+
+def describe_cpu(found: dict[str, Any]) -> str:
+    """One line for a results header: the model, torch's kernel level and any bf16 instructions."""
+    extras = [name for key, name in (("avx512_bf16", "AVX-512 BF16"), ("amx", "AMX")) if found[key]]
+    return f"{found['model']} ({', '.join([found['torch_capability'], *extras])})"
+
+
 def new_meta(argv: list[str]) -> dict[str, Any]:
     return {
         "versions": versions(),

@@ -1,6 +1,7 @@
 """The recorder: CSV rows, meta.json sessions, train.log and errors.log; and the CSV checks it
 makes before writing anything."""
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -28,10 +29,24 @@ def test_a_session_is_recorded_in_every_file(tmp_path):
     assert pd.read_csv(tmp_path / "progress.csv")["global_step"].tolist() == [200]
     session = json.loads((tmp_path / "meta.json").read_text())["sessions"][0]
     assert session["ended"] == "max_steps" and session["pids"] == {"worker 0": 1234}
+    assert_cpu_is_this_machines(session["cpu"])
     log = (tmp_path / "train.log").read_text()
     assert "restarting it (1/1)" in log and "stalled" in log
     assert "stalled" in (tmp_path / "errors.log").read_text()
     assert json.loads((tmp_path / "config.json").read_text())["env"] == "CartPole-v1"
+
+
+def assert_cpu_is_this_machines(recorded):
+    """The session's CPU record against /proc/cpuinfo read here, not through the code under test."""
+    text = Path("/proc/cpuinfo").read_text()
+    model = next(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name"))
+    flags = set(next(line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")))
+    assert recorded["model"] == model
+    assert recorded["torch_capability"] in {"DEFAULT", "VSX", "Z VECTOR", "NO AVX", "AVX2", "AVX512", "SVE256"}
+    assert recorded["avx512_bf16"] == ("avx512_bf16" in flags)
+    assert recorded["amx"] == ("amx_tile" in flags)
+    if recorded["torch_capability"] == "AVX512":
+        assert "avx512f" in flags
 
 
 def test_csv_checks_read_only_and_find_the_last_complete_line(tmp_path):
