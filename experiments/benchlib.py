@@ -36,8 +36,14 @@ def load_config(name: str) -> dict:
     return json.loads((EXPERIMENTS / "configs" / f"{name}.json").read_text())
 
 
+def describe_cpu(found: dict) -> str:
+    """One line for a results header: the model, torch's kernel level and any bf16 instructions."""
+    extras = [name for key, name in (("avx512_bf16", "AVX-512 BF16"), ("amx", "AMX")) if found[key]]
+    return f"{found['model']} ({', '.join([found['torch_capability'], *extras])})"
+
+
 def header(title: str, command: str, extra: dict | None = None) -> str:
-    from hogwild_a3c.rundir import cpu, describe_cpu, versions
+    from hogwild_a3c.rundir import cpu, versions
 
     lines = [
         f"# {title}",

@@ -266,12 +266,6 @@ def cpu() -> dict[str, Any]:
             "avx512_bf16": supported("_is_avx512_bf16_supported"), "amx": supported("_is_amx_tile_supported")}
 
 
-def describe_cpu(found: dict[str, Any]) -> str:
-    """One line for a results header: the model, torch's kernel level and any bf16 instructions."""
-    extras = [name for key, name in (("avx512_bf16", "AVX-512 BF16"), ("amx", "AMX")) if found[key]]
-    return f"{found['model']} ({', '.join([found['torch_capability'], *extras])})"
-
-
 def new_meta(argv: list[str]) -> dict[str, Any]:
     return {
         "versions": versions(),
