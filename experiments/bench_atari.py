@@ -220,11 +220,17 @@ def report(root: Path, config: dict, name: str, args) -> None:
     axes[0][0].legend()
     figure.tight_layout()
     figure.savefig(out / f"{name}.png", dpi=110)
+    # The header must rerun these rows as they were run: the seeds and the file name too, or a
+    # variant's command would write over the default table.
     options = " ".join([*([f"--steps {args.steps}"] if args.steps != config["steps"] else []),
-                        *([f'--extra-flags "{args.extra_flags}" --out {name}'] if args.extra_flags else []),
+                        *([f'--extra-flags "{args.extra_flags}"'] if args.extra_flags else []),
+                        *([f"--out {name}"] if args.out else []),
                         *(["--no-reference"] if not any(r["agent"] != "hogwild_a3c" for r in rows) else [])])
     games = " ".join(dict.fromkeys(r["game"] for r in rows))
-    command = f"make bench-atari GAMES=\"{games}\"" + (f" ARGS='{options}'" if options else "")
+    seeds = sorted({r["seed"] for r in rows})
+    command = (f"make bench-atari GAMES=\"{games}\""
+               + (f" SEEDS=\"{' '.join(map(str, seeds))}\"" if seeds != sorted(config["seeds"]) else "")
+               + (f" ARGS='{options}'" if options else ""))
     text = header("Atari beyond Pong, default flags, against SB3 PPO at equal wall time"
                   if not args.extra_flags else f"Atari, variant: {args.extra_flags}", command, {
                       "games": "ALE/<Game>-v5: sticky actions 0.25, whole games, evaluation the same",
