@@ -12,6 +12,7 @@ the result says so. Bad settings raise `ValueError` with one line per problem.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint
+from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint, step_problem
 from .config import Config, config_from_dict, flag_name, typed_values
 from .envs import EnvInfo, EnvSpecError, Frame42, describe_env, env_options, is_atari, make_env
-from .model import ActorCritic, State, build_model, sample_actions
+from .model import ActorCritic, State, build_model, model_size_problem, sample_actions
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,8 @@ def train(config: Config | str | Path | None = None, *, resume: str | Path | Non
     from .training import prepare_given, run_training
 
     _refuse_in_a_spawned_child()
+    if resume is not None and not isinstance(resume, (str, os.PathLike)):
+        raise ValueError(f"resume must be a run directory, as a str or a Path (got {type(resume).__name__})")
     given = _given(config, progress, settings)
     try:
         prepared = prepare_given(dict(given), None if resume is None else str(resume))
@@ -198,11 +201,17 @@ def load_policy(path: str | Path, env: str | None = None) -> Policy:
 
     A checkpoint whose env names a module to import (`module:EnvId-v0`) is refused unless `env`
     names the same id: a file from elsewhere must never make this process run its code."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise PolicyError(f"load_policy: path must be a checkpoint file or a run directory, as a str or a Path "
+                          f"(got {type(path).__name__})")
+    if env is not None and not isinstance(env, str):
+        raise PolicyError(f"load_policy: env must be an env id string or None (got {type(env).__name__})")
     target = Path(path)
     if not target.exists():
         raise PolicyError(f"{target}: no such checkpoint file or run directory")
     try:
         payload, found = resolve_checkpoint(target, warn=lambda message: print(message, file=sys.stderr))
+        step_problem(payload, found)
         cfg = config_from_dict(payload.get("config"), f"{found} (its saved config)")
     except (CheckpointError, ValueError) as exc:
         raise PolicyError(str(exc).splitlines()[0]) from None
@@ -212,8 +221,12 @@ def load_policy(path: str | Path, env: str | None = None) -> Policy:
                           f"imports code by itself: pass --env {cfg.env} to allow it")
     try:
         info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
+        too_large = model_size_problem(info.obs_shape, info.num_actions, cfg)
+        if too_large:
+            raise PolicyError(f"{found}: its saved config's {too_large}")
+        with torch.device("meta"):  # the shapes alone: a crafted config allocates nothing before it is refused
+            check_model_fits(payload, found, build_model(info.obs_shape, info.num_actions, cfg))
         model = build_model(info.obs_shape, info.num_actions, cfg)
-        check_model_fits(payload, found, model)
     except (EnvSpecError, CheckpointError) as exc:
         raise PolicyError(str(exc)) from None
     model.load_state_dict(payload["model"])
@@ -225,6 +238,10 @@ def evaluate(path: str | Path, episodes: int = 5, greedy: bool = False, seed: in
     """Play `episodes` episodes of a saved policy; their returns."""
     from .evaluator import play_episode
 
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ValueError(f"episodes must be an integer >= 1 (got {episodes!r})")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0 (got {seed!r})")
     policy = load_policy(path, env=env)
     game = policy.make_env()
     game.reset(seed=seed)

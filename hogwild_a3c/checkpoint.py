@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
-from .files import WriteError, describe_failure, temp_path
+from .config import MAX_STEPS
+from .files import WriteError, describe_failure, link_problem, open_no_follow, shown, temp_path
 from .optim import OPTIMIZER_KINDS, moment_keys
 
 if TYPE_CHECKING:
@@ -35,6 +36,11 @@ NUMBERED = re.compile(r"^ckpt-(\d+)\.pt$")
 
 class CheckpointError(RuntimeError):
     """A checkpoint file that cannot be used; the message names the file."""
+
+
+class NoCheckpointError(CheckpointError):
+    """A folder with no checkpoint file at all (not one that is damaged): a run stopped before
+    its first save."""
 
 
 class CheckpointWriteError(CheckpointError, WriteError):
@@ -61,7 +67,7 @@ def atomic_save(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     tmp = temp_path(path)
     try:
         path.parent.mkdir(exist_ok=True)
-        with open(tmp, "wb") as f:
+        with os.fdopen(open_no_follow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
             torch.save(payload, f)
             f.flush()
             os.fsync(f.fileno())
@@ -208,7 +214,7 @@ def load_latest(folder: str | os.PathLike, warn=print) -> tuple[dict[str, Any], 
         return payload, path
     if errors:
         raise CheckpointError("; ".join(errors))
-    raise CheckpointError(f"{folder}: no checkpoint found (expected latest.pt or ckpt-*.pt)")
+    raise NoCheckpointError(f"{folder}: no checkpoint found (expected latest.pt or ckpt-*.pt)")
 
 
 def resolve_checkpoint(target: str | os.PathLike, warn=print) -> tuple[dict[str, Any], Path]:
@@ -216,10 +222,18 @@ def resolve_checkpoint(target: str | os.PathLike, warn=print) -> tuple[dict[str,
     evaluation) when there is one, else its latest checkpoint."""
     target = Path(target)
     if target.is_dir():
+        linked = link_problem(target)
+        if linked:
+            raise CheckpointError(linked)
         folder = target / "checkpoints" if (target / "checkpoints").is_dir() else target
         best = folder / "best.pt"
         if best.is_file():
-            return load_checkpoint(best), best
+            try:
+                return load_checkpoint(best), best
+            except CheckpointError as exc:  # the run's own latest policy is still there to play
+                payload, found = load_latest(folder, warn=warn)
+                warn(f"warning: skipped {exc}; using {found}")
+                return payload, found
         return load_latest(folder, warn=warn)
     return load_checkpoint(target), target
 
@@ -313,10 +327,25 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _count_problem(name: str, value: Any) -> str | None:
+    # The step counters are int64 tensors: a larger count would overflow them when restored.
+    if not _is_int(value) or not 0 <= value <= MAX_STEPS:
+        return f"{name} is {shown(value)}, not an integer from 0 to 2**62"
+    return None
+
+
+def step_problem(payload: dict[str, Any], path: Path) -> None:
+    """One line naming the file when its `global_step` is not a count (a policy file's too)."""
+    problem = _count_problem("global_step", payload["global_step"]) if "global_step" in payload else None
+    if problem:
+        raise CheckpointError(f"{path}: damaged or crafted checkpoint: {problem}")
+
+
 def _progress_problem(payload: dict[str, Any]) -> str | None:
     for key in ("global_step", "session"):
-        if not _is_int(payload[key]) or payload[key] < 0:
-            return f"{key} is {payload[key]!r}, not an integer >= 0"
+        problem = _count_problem(key, payload[key])
+        if problem:
+            return problem
     elapsed = payload["elapsed_s"]
     if not _is_number(elapsed) or not math.isfinite(elapsed) or elapsed < 0:
         return f"elapsed_s is {elapsed!r}, not a finite number of seconds >= 0"
@@ -328,8 +357,8 @@ def _progress_problem(payload: dict[str, Any]) -> str | None:
     if not isinstance(counters, dict):
         return f"counters is {type(counters).__name__}, not a dict"
     for name, value in counters.items():
-        if not isinstance(name, str) or not _is_int(value) or value < 0:
-            return f"counter {name!r} is {value!r}, not an integer >= 0"
+        if not isinstance(name, str) or _count_problem("", value):
+            return f"counter {shown(name)} is {shown(value)}, not an integer from 0 to 2**62"
     return None
 
 

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .files import shown
+
 
 def _opt(default: Any, help: str, resumable: bool = False, experiment: bool = True, required_when_saved: bool = False,
          **argparse_kwargs: Any) -> Any:
@@ -206,7 +208,7 @@ def typed_values(values: dict[str, Any], where: str) -> tuple[dict[str, Any], li
         type_, optional = FIELD_TYPES[name]
         if not _fits(value, type_, optional):
             errors.append(f"{where}: '{name}' must be {_TYPE_WORDS[type_]}{' or null' if optional else ''} "
-                          f"(got {value!r})")
+                          f"(got {shown(value)})")
         elif value is not None and type_ in (int, float):
             typed[name] = type_(value)
         else:
@@ -280,36 +282,100 @@ def build_parser() -> argparse.ArgumentParser:
         type_ = str if type_ is dict else type_
         metavar = "KEY=VALUE" if f.name == "env_kwargs" else None
         if not re.search(r"\bdefault\b", help_text):  # unless the help already tells its default
-            shown = "none" if f.default is None else f.default
+            default_text = "none" if f.default is None else f.default
             if f.name in PRESET_FIELDS:
-                help_text += f" (universe's default: {shown}; presets may set it)"
+                help_text += f" (universe's default: {default_text}; presets may set it)"
             else:
-                help_text += f" (default: {shown})"
+                help_text += f" (default: {default_text})"
         group.add_argument(flag_name(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
     return parser
 
 
 MAX_SEED = 2**32 - 1
+# env_kwargs come from files too (config.json, a checkpoint, --config): a crafted value must be
+# refused before gymnasium formats it into a message (a list whose 40 levels share one list has
+# a repr of 2**40 items) or an env is built from it.
+MAX_ENV_KWARGS_DEPTH = 8
+MAX_ENV_KWARGS_VALUES = 10_000
+MAX_ENV_KWARGS_STRING = 10_000
+
+
+def env_kwargs_problem(kwargs: Any) -> str | None:
+    """Why `kwargs` is not plain data of a bounded size (numbers, strings, booleans, null,
+    lists and string-keyed objects, at most 8 levels deep), or None."""
+    budget = [MAX_ENV_KWARGS_VALUES]  # counts every visit, so a value shared by many levels counts each time
+
+    def walk(value: Any, depth: int) -> str | None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return f"holds more than {MAX_ENV_KWARGS_VALUES:,} values"
+        if depth > MAX_ENV_KWARGS_DEPTH:
+            return f"is nested more than {MAX_ENV_KWARGS_DEPTH} levels deep"
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    return f"has the key {shown(key)}, not a string"
+                problem = walk(item, depth + 1)
+                if problem:
+                    return problem
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                problem = walk(item, depth + 1)
+                if problem:
+                    return problem
+        elif isinstance(value, str) and len(value) > MAX_ENV_KWARGS_STRING:
+            return f"holds a string of {len(value):,} characters (at most {MAX_ENV_KWARGS_STRING:,})"
+        elif value is not None and not isinstance(value, (str, bool, int, float)):
+            return (f"holds {shown(value)}, a {type(value).__name__}; values are numbers, strings, true/false, null, "
+                    "lists and objects")
+        return None
+
+    return walk(kwargs, 0)
+MAX_STEPS = 2**62
+MAX_SYNC_TIMEOUT_S = 86400.0
 
 
 def _one_of(choices: list[str]) -> str:
     return choices[0] if len(choices) == 1 else f"{', '.join(choices[:-1])} or {choices[-1]}"
 
 
+def _holds_a_run(run_dir: str) -> bool:
+    """A lock file and an empty checkpoints/ are what a start-up that failed leaves: nothing of a
+    run to protect, so the same command may use the folder again."""
+    if not os.path.isdir(run_dir):
+        return False
+    left = set(os.listdir(run_dir)) - {".lock"}
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    if "checkpoints" in left and not os.path.islink(checkpoints) and os.path.isdir(checkpoints) \
+            and not os.listdir(checkpoints):
+        left.discard("checkpoints")
+    return bool(left)
+
+
 def validate(cfg: Config, resuming: bool = False) -> list[str]:
     """Every problem with `cfg`, one line each, naming the flag and what would be valid."""
     errors = []
+    # inf passes most comparisons below and NaN fails them with the wrong reason; no setting means either.
+    not_finite = {f.name for f in dataclasses.fields(Config) if FIELD_TYPES[f.name][0] is float
+                  and getattr(cfg, f.name) is not None and not math.isfinite(getattr(cfg, f.name))}
 
     def need(ok: bool, flag: str, valid: str, value: Any) -> None:
-        if not ok:
+        if not ok and flag not in not_finite:
             errors.append(f"{flag_name(flag)} must be {valid} (got {value!r})")
 
+    for name in sorted(not_finite):
+        errors.append(f"{flag_name(name)} must be a finite number (got {getattr(cfg, name)!r})")
+    kwargs_problem = env_kwargs_problem(cfg.env_kwargs)
+    if kwargs_problem:
+        errors.append(f"--env-kwargs {kwargs_problem}")
     need(cfg.num_workers is None or cfg.num_workers >= 0, "num_workers", "an integer >= 0", cfg.num_workers)
     need(cfg.envs_per_worker >= 1, "envs_per_worker", "an integer >= 1", cfg.envs_per_worker)
     # Each worker's seed is derived from this one, and torch takes seeds of 64 bits at most.
     need(0 <= cfg.seed <= MAX_SEED, "seed", f"an integer from 0 to {MAX_SEED}", cfg.seed)
-    need(cfg.max_steps is None or cfg.max_steps > 0, "max_steps", "a positive integer", cfg.max_steps)
+    # The step counters are int64, and a node's claim bound adds up to 10% to the budget.
+    need(cfg.max_steps is None or 0 < cfg.max_steps <= MAX_STEPS, "max_steps", "a positive integer up to 2**62",
+         cfg.max_steps)
     need(cfg.max_seconds is None or cfg.max_seconds > 0, "max_seconds", "a positive number", cfg.max_seconds)
     need(cfg.rollout_steps >= 1, "rollout_steps", "an integer >= 1", cfg.rollout_steps)
     need(0.0 < cfg.gamma <= 1.0, "gamma", "in (0, 1]", cfg.gamma)
@@ -346,13 +412,12 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(cfg.max_env_errors >= 0, "max_env_errors", "an integer >= 0", cfg.max_env_errors)
     need(cfg.max_evaluator_restarts >= 0, "max_evaluator_restarts", "an integer >= 0", cfg.max_evaluator_restarts)
     need(cfg.sync_interval > 0, "sync_interval", "a positive number of seconds", cfg.sync_interval)
-    need(cfg.sync_timeout > 0, "sync_timeout", "a positive number of seconds", cfg.sync_timeout)
+    need(0 < cfg.sync_timeout <= MAX_SYNC_TIMEOUT_S, "sync_timeout", f"a positive number of seconds up to "
+         f"{MAX_SYNC_TIMEOUT_S:g} (a day)", cfg.sync_timeout)
     need(cfg.max_skipped_updates >= 1, "max_skipped_updates", "an integer >= 1", cfg.max_skipped_updates)
     if cfg.target_return is not None and cfg.eval_episodes == 0:
         errors.append("--target-return needs evaluations: give --eval-episodes >= 1")
-    # A lock file alone is what an interrupted start-up leaves: nothing of a run to protect.
-    if (cfg.run_dir is not None and not resuming and os.path.isdir(cfg.run_dir)
-            and set(os.listdir(cfg.run_dir)) - {".lock"}):
+    if cfg.run_dir is not None and not resuming and _holds_a_run(cfg.run_dir):
         errors.append(
             f"--run-dir {cfg.run_dir} already holds files; continue it with --resume {cfg.run_dir} or name a new folder"
         )

@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from .config import RENAMED
+from .files import shown
 
 ATARI_CROP_ROWS = slice(34, 194)  # the universe crop: drop the score bar and the bottom edge
 FRAME_SIZE = 42
@@ -202,7 +203,7 @@ def parse_env_kwargs(items: list[str]) -> dict[str, Any]:
             raise EnvSpecError(f"--env-kwargs: '{item}' is not KEY=VALUE with KEY a Python name")
         try:
             kwargs[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, RecursionError, MemoryError):  # the last two: a deeply nested literal
             kwargs[key] = raw
     return kwargs
 
@@ -446,9 +447,11 @@ def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: s
         raise EnvSpecError(f"--env '{env_id}': {message.rstrip('.') + hint if hint else message}") from None
     except TypeError as exc:
         raise EnvSpecError(_kwargs_error(env_id, env_kwargs or {}, exc)) from None
-    except ValueError as exc:  # an env's own check of its arguments
-        given = " ".join(f"{key}={value!r}" for key, value in (env_kwargs or {}).items())
-        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+    except Exception as exc:  # noqa: BLE001 - an env's own check of its arguments (ValueError), or any of its failures
+        given = " ".join(f"{key}={shown(value)}" for key, value in (env_kwargs or {}).items())
+        reason = (str(exc).splitlines() or [""])[0][:200]
+        if not isinstance(exc, ValueError):
+            reason = f"making the env raised {type(exc).__name__}" + (f": {reason}" if reason else "")
         raise EnvSpecError(f"--env '{env_id}'{' --env-kwargs ' + given if given else ''}: {reason}") from None
     try:
         if not isinstance(env.action_space, gym.spaces.Discrete):

@@ -6,6 +6,11 @@ train.log) is written through `writing`, which turns the operating system's erro
 full disk, `cannot write <file>: <reason>` otherwise (a read-only or vanished run directory).
 The main process stops the run on the first such line, as for a checkpoint it cannot save.
 
+Every file of a run is opened without following a link (`open_no_follow`), and a run directory
+with a link in it is refused before anything is read or written (`link_problem`): a directory
+someone sent, or one another user can write to, must not make the trainer write outside it.
+Text read from such a directory goes into messages through `shown`, never raw.
+
 Also here: the temp-file names of atomic writes and the removal of those a killed writer left,
 the room kept back for the last meta.json of a run on a full disk (`Reserve`), and the watch
 that notices a run directory deleted or moved away during the run (`DirectoryWatch`).
@@ -13,11 +18,14 @@ that notices a run directory deleted or moved away during the run (`DirectoryWat
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
+import reprlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 class WriteError(RuntimeError):
@@ -40,6 +48,82 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
         yield
     except OSError as exc:
         raise WriteError(describe_failure(path, exc)) from None
+
+
+# -- what is read from a run directory is data --------------------------------------------------
+
+SHOWN_CHARS = 80
+
+
+# A bounded repr: a crafted value (a list nested 40 deep whose levels share one list) has a
+# plain repr of exponential length; this one looks at a few levels and items only.
+_BOUNDED_REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
+for _name, _bound in {"maxlevel": 3, "maxlist": 6, "maxtuple": 6, "maxdict": 6, "maxset": 6,
+                      "maxstring": SHOWN_CHARS, "maxother": SHOWN_CHARS, "maxlong": 40}.items():
+    setattr(_BOUNDED_REPR, _name, _bound)
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """`value` as it may go into a message or a log line: a bounded repr, so a newline or a
+    terminal escape read from a file is written as `\\n`, `\\x1b`, in at most `limit` characters."""
+    text = _BOUNDED_REPR.repr(value).encode("ascii", "backslashreplace").decode()
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def open_no_follow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
+    """`os.open` that refuses a link in the last component (ELOOP) instead of opening its target."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+
+
+def open_text_no_follow(path: str | os.PathLike, append: bool = True) -> Any:
+    """A text file of the run opened for appending (or truncated), never through a link."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
+    return os.fdopen(open_no_follow(path, flags), "a" if append else "w", newline="")
+
+
+MAX_LINK_SCAN = 100_000  # entries looked at before the scan gives up (a run dir holds a few hundred)
+
+
+def link_problem(run_dir: str | os.PathLike) -> str | None:
+    """One line naming the first symbolic link inside `run_dir` (at any depth), or None. The
+    directory itself may be reached through a link: that is the user's own path."""
+    seen = 0
+    for folder, dirs, files in os.walk(os.fspath(run_dir)):
+        for name in sorted(dirs + files):
+            seen += 1
+            path = Path(folder) / name
+            if path.is_symlink():
+                try:
+                    target = os.readlink(path)
+                except OSError:
+                    target = "?"
+                return (f"{path} is a symbolic link (to {shown(target)}); the trainer never follows a link out of a "
+                        "run directory: replace it with the file itself or remove it")
+            if seen > MAX_LINK_SCAN:
+                return None
+    return None
+
+
+MAX_JSON_BYTES = 16 << 20  # config.json and meta.json are a few KB; meta.json grows ~2 KB a session
+
+
+def read_json_data(path: str | os.PathLike, max_bytes: int = MAX_JSON_BYTES, follow: bool = False) -> Any:
+    """A JSON file's content; ValueError with a one-line reason for a file that is too large, not
+    UTF-8 text, nested too deep for the parser, or not JSON. OSError as it comes. `follow`: the
+    user named this path (`--config`), so a link in it is theirs to follow."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC) if follow else open_no_follow(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes >> 20} MiB; a file of this trainer is a few KB")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(str(exc)) from None
 
 
 # -- temp files of atomic writes ----------------------------------------------------------------
@@ -118,7 +202,7 @@ class Reserve:
     def __init__(self, run_dir: Path):
         self.path = run_dir / self.NAME
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+            fd = open_no_follow(self.path, os.O_WRONLY | os.O_CREAT)
         except OSError:
             self.held = False
             return

@@ -10,7 +10,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .files import WriteError, temp_path, writing
+from .files import (
+    WriteError,
+    link_problem,
+    open_no_follow,
+    open_text_no_follow,
+    read_json_data,
+    shown,
+    temp_path,
+    writing,
+)
 
 EPISODES_COLUMNS = ("time_s", "global_step", "worker", "episode_return", "episode_length")
 EVAL_COLUMNS = ("time_s", "global_step", "episode_return", "episode_length")
@@ -118,7 +127,7 @@ class CsvLog:
     def __init__(self, path: str | os.PathLike, columns: Iterable[str], keep_bytes: int):
         self.path = Path(path)
         self.columns = tuple(columns)
-        self._file = open(self.path, "a", newline="")
+        self._file = open_text_no_follow(self.path)
         if self._file.tell() != keep_bytes:
             self._file.truncate(keep_bytes)
         self._writer = csv.writer(self._file)
@@ -163,7 +172,7 @@ def write_atomically(path: str | os.PathLike, text: str) -> None:
     tmp = temp_path(path)
     try:
         with writing(path):
-            with open(tmp, "w", newline="") as f:
+            with open_text_no_follow(tmp, append=False) as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
@@ -183,7 +192,7 @@ def rewrite_json_in_place(path: str | os.PathLike, data: dict) -> None:
     path = Path(path)
     encoded = (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode()
     with writing(path):
-        fd = os.open(path, os.O_WRONLY)
+        fd = open_no_follow(path, os.O_WRONLY)
         try:
             os.pwrite(fd, encoded, 0)
             os.ftruncate(fd, len(encoded))
@@ -198,6 +207,9 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     import pandas as pd
 
     run_dir = Path(run_dir)
+    linked = link_problem(run_dir)
+    if linked:
+        raise RunReadError(linked)
     if not (run_dir / "config.json").is_file() and (run_dir / "nodes").is_dir():
         return _load_nodes(run_dir)
     if not (run_dir / "config.json").is_file():
@@ -205,12 +217,50 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     run: dict[str, Any] = {"run_dir": run_dir, "name": run_dir.name}
     for name in ("config", "meta"):
         path = run_dir / f"{name}.json"
-        run[name] = json.loads(path.read_text()) if path.is_file() else {}
+        run[name] = _read_object(path) if path.is_file() else {}
     for file, columns in SCHEMAS.items():
         path = run_dir / file
         key = file[: -len(".csv")]
-        run[key] = pd.read_csv(path) if path.is_file() and path.stat().st_size else pd.DataFrame(columns=columns)
+        run[key] = _read_table(path, columns) if path.is_file() and path.stat().st_size else \
+            pd.DataFrame(columns=columns)
     return run
+
+
+class RunReadError(ValueError):
+    """A run directory's file that cannot be read as this trainer writes it; one line naming it."""
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    try:
+        data = read_json_data(path)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RunReadError(f"{path}: not readable JSON ({reason})") from None
+    if not isinstance(data, dict):
+        raise RunReadError(f"{path}: holds {type(data).__name__}, not the JSON object this trainer writes")
+    return data
+
+
+def _read_table(path: Path, columns: tuple[str, ...]) -> Any:
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(path)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:  # pandas' parser errors are ValueErrors
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RunReadError(f"{path}: not a readable CSV ({reason[:160]})") from None
+    missing = [column for column in columns[:2] if column not in table.columns]  # time_s, global_step: what plots use
+    if missing:
+        raise RunReadError(f"{path}: has no {', '.join(missing)} column; it is not this trainer's CSV "
+                           f"(its header: {shown(','.join(map(str, table.columns)))})")
+    for column in [c for c in (*columns[:2], "episode_return") if c in table.columns]:  # what plots draw
+        values = table[column].dropna()
+        text = values[pd.to_numeric(values, errors="coerce").isna()]
+        if len(text):
+            raise RunReadError(f"{path}: column {shown(column)} holds text where numbers belong "
+                               f"({shown(text.iloc[0])}); the file was damaged or edited")
+        table[column] = pd.to_numeric(table[column])
+    return table
 
 
 def _load_nodes(run_dir: Path) -> dict[str, Any]:

@@ -30,6 +30,8 @@ def _glorot_uniform_(weight: torch.Tensor, fan_in: int, fan_out: int) -> None:
 @torch.no_grad()
 def _normalized_columns_(weight: torch.Tensor, std: float) -> None:
     """Universe's `normalized_columns_initializer`: Gaussian rows rescaled to norm `std` per output."""
+    if weight.is_meta:  # a size check (`model_size_problem`); torch's meta normal_ would import its compiler (1 s)
+        return
     nn.init.normal_(weight)
     weight.mul_(std / weight.norm(dim=1, keepdim=True))
 
@@ -279,3 +281,21 @@ def sample_actions(logits: torch.Tensor, rng: np.random.Generator) -> np.ndarray
     cdf = np.cumsum(probs, axis=1)
     draws = rng.random((len(cdf), 1)) * cdf[:, -1:]
     return np.minimum((cdf < draws).sum(axis=1), cdf.shape[1] - 1)
+
+
+# Every worker holds its own copy of the model and its optimizer's statistics beside the shared
+# one: 50M float32 parameters are ~0.2 GB a copy, 1.6 GB for two workers; far more than any
+# model here needs (the universe model has 0.6M), and a size typo then fails in one line instead
+# of in an allocation that takes the machine's memory first.
+MAX_PARAMETERS = 50_000_000
+
+
+def model_size_problem(obs_shape: tuple[int, ...], num_actions: int, arch: Any) -> str | None:
+    """Why the model of these settings is too large to build, or None; it is built on torch's
+    meta device first, so nothing is allocated to find out."""
+    with torch.device("meta"):
+        count = sum(p.numel() for p in build_model(obs_shape, num_actions, arch).parameters())
+    if count <= MAX_PARAMETERS:
+        return None
+    return (f"lstm_size {arch.lstm_size} and hidden_size {arch.hidden_size} make a model of {count:,} parameters; "
+            f"at most {MAX_PARAMETERS:,} fit (each worker holds a copy and its optimizer statistics)")

@@ -17,7 +17,7 @@ import numpy as np
 
 from .config import Config, experiment_fields
 from .exit_codes import EXIT_OK, EXIT_USAGE
-from .logs import load_run
+from .logs import RunReadError, load_run
 
 # Config fields that do not change what is being compared: seeds, budgets, bookkeeping.
 NOT_PART_OF_THE_EXPERIMENT = {f.name for f in dataclasses.fields(Config)} - experiment_fields()
@@ -149,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
     try:
         out = plot_runs(args.run_dirs, args.out, args.title, args.labels)
+    except RunReadError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except ImportError as exc:
         print(f"error: plotting needs pandas and matplotlib: pip install -e '.[plot]' ({exc})", file=sys.stderr)
         return EXIT_USAGE

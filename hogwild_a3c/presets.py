@@ -16,13 +16,13 @@ The resolved values, with the preset's name, are written to config.json, so `--r
 """
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from .config import FIELD_TYPES, PRESET_FIELDS, RENAMED, Config, typed_values
+from .files import read_json_data
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
 META_KEYS = {"base", "about"}
@@ -69,13 +69,11 @@ def _check_values(values: dict[str, Any], allowed: set[str], where: str) -> tupl
 
 def _read_json(path: Path, where: str) -> tuple[dict[str, Any], list[str]]:
     try:
-        text = path.read_text()
+        data = read_json_data(path, follow=True)
     except OSError as exc:
         return {}, [f"{where}: cannot read it ({exc.strerror or exc})"]
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return {}, [f"{where}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"]
+    except ValueError as exc:
+        return {}, [f"{where}: not valid JSON ({exc})"]
     if not isinstance(data, dict):
         return {}, [f"{where}: must hold a JSON object of settings (got {type(data).__name__})"]
     return data, []

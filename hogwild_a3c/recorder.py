@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Config
-from .files import Reserve, WriteError, describe_failure, writing
+from .files import Reserve, WriteError, describe_failure, open_text_no_follow, writing
 from .logs import (
     EARLIER_SCHEMAS,
     EPISODES_COLUMNS,
@@ -47,6 +47,9 @@ class _RunLogHandler(logging.FileHandler):
     def __init__(self, path: Path, on_failure: Callable[[str], None]):
         super().__init__(path)
         self._on_failure = on_failure
+
+    def _open(self) -> Any:
+        return open_text_no_follow(self.baseFilename)  # a train.log link planted in the run dir is refused
 
     def handleError(self, record: logging.LogRecord) -> None:
         exc = sys.exc_info()[1]
@@ -81,13 +84,17 @@ def close_dead_sessions(
         if session.get("ended") != "running":
             continue
         following = sessions[i + 1].get("global_step_start") if i + 1 < len(sessions) else None
-        if isinstance(following, int):
+        if _is_step(following):
             step, source = following, "the step the next session resumed from"
         else:
             step, source = _last_known_step(run_dir, checkpoint, session.get("global_step_start"))
         session.update(ended=KILLED, exit_code=None, global_step_end=step, global_step_end_from=source)
         closed.append(session)
     return closed
+
+
+def _is_step(value: Any) -> bool:  # read from meta.json: a crafted one may hold anything
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**62
 
 
 def _last_known_step(run_dir: Path, checkpoint: tuple[int, Path] | None, start: Any) -> tuple[int | None, str]:
@@ -97,7 +104,7 @@ def _last_known_step(run_dir: Path, checkpoint: tuple[int, Path] | None, start: 
     row = _last_progress_step(run_dir / "progress.csv")
     if row is not None:
         found.append((row, 1, "progress.csv's last row"))
-    if isinstance(start, int):
+    if _is_step(start):
         found.append((start, 0, "the step it started from (no later checkpoint or progress row)"))
     if not found:
         return None, "nothing recorded"
@@ -121,7 +128,7 @@ def _last_progress_step(path: Path) -> int | None:
 
 
 def _append(path: Path, text: str) -> None:
-    with open(path, "a") as f:
+    with open_text_no_follow(path) as f:
         f.write(text)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import fcntl
-import json
 import os
 import platform
 import re
@@ -19,6 +18,7 @@ from typing import Any
 from . import __version__
 from .config import RENAMED, Config, config_from_dict, experiment_fields, flag_name, resumable_fields, validate
 from .envs import EnvSpecError, parse_env_kwargs
+from .files import link_problem, open_no_follow, read_json_data, shown
 
 
 class ConfigError(ValueError):
@@ -85,6 +85,12 @@ def check_new_location(run_dir: Path) -> None:
             return
 
 
+def refuse_links(run_dir: Path, flag: str) -> None:
+    problem = link_problem(run_dir)
+    if problem:
+        raise ConfigError([f"{flag}: {problem}"])
+
+
 def make_run_dir(run_dir: Path) -> None:
     try:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
@@ -108,8 +114,10 @@ class RunDirLock:
     def acquire(cls, run_dir: Path, flag: str) -> RunDirLock:
         path = run_dir / cls.NAME
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = open_no_follow(path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConfigError([f"{flag}: {link_problem(run_dir) or f'{path} is a symbolic link'}"]) from None
             raise ConfigError([f"{flag}: cannot open {path} ({exc.strerror or exc})"]) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -134,14 +142,18 @@ class RunDirLock:
             self._fd = -1
 
 
+def _reason(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+
+
 def read_saved_config(run_dir: Path) -> Config:
     path = run_dir / "config.json"
     if not path.is_file():
         raise ConfigError([f"--resume {run_dir}: not a run directory (no config.json there)"])
     try:
-        data = json.loads(path.read_text())
+        data = read_json_data(path)
     except (OSError, ValueError) as exc:
-        raise ConfigError([f"{path}: not readable JSON ({exc})"]) from None
+        raise ConfigError([f"{path}: not readable JSON ({_reason(exc)})"]) from None
     try:
         return config_from_dict(data, str(path))
     except ValueError as exc:
@@ -154,9 +166,10 @@ def read_meta(run_dir: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        meta = json.loads(path.read_text())
+        meta = read_json_data(path)
     except (OSError, ValueError) as exc:
-        raise ConfigError([f"{path}: not readable JSON ({exc}); move it aside to resume with a new one"]) from None
+        raise ConfigError([f"{path}: not readable JSON ({_reason(exc)}); move it aside to resume with a new one"]) \
+            from None
     if not isinstance(meta, dict) or not isinstance(meta.get("sessions"), list):
         raise ConfigError([
             f"{path}: has no list of sessions; it is not this trainer's meta.json (move it aside to resume)"
@@ -167,6 +180,11 @@ def read_meta(run_dir: Path) -> dict[str, Any] | None:
 def resolve_resume(run_dir: str, given: dict[str, Any]) -> Config:
     """The saved config with the allowed overrides applied; changed algorithm flags are refused."""
     cfg = read_saved_config(Path(run_dir))
+    module, sep, _ = cfg.env.partition(":")
+    if sep and given.get("env") != cfg.env:  # a run dir from elsewhere must never make this process run its code
+        raise ConfigError([f"--resume {run_dir}: its config.json names the env {shown(cfg.env)}, which imports the "
+                           f"module {shown(module)}; a resume imports only what the command line names: add --env "
+                           f"{cfg.env} to allow it"])
     errors: list[str] = []
     if "env_kwargs" in given:
         given = {**given, "env_kwargs": _coerce_env_kwargs(given["env_kwargs"], errors)}
@@ -183,8 +201,8 @@ def resolve_resume(run_dir: str, given: dict[str, Any]) -> Config:
             setattr(cfg, name, value)
         elif value != current:
             errors.append(
-                f"{flag_name(name)} {value!r} would change the algorithm of the run being resumed "
-                f"(it has {current!r}); drop the flag or start a new run"
+                f"{flag_name(name)} {shown(value)} would change the algorithm of the run being resumed "
+                f"(it has {shown(current)}); drop the flag or start a new run"
             )
     cfg.run_dir = str(run_dir)
     _default_workers(cfg)
@@ -207,8 +225,8 @@ def check_same_experiment(cfg: Config, checkpoint_config: Any, checkpoint: Path)
         if name in checkpoint_config and saved != getattr(cfg, name):
             assert cfg.run_dir is not None  # a resumed run's directory is known
             raise ConfigError([
-                f"{Path(cfg.run_dir) / 'config.json'}: '{name}' is {getattr(cfg, name)!r} but {checkpoint} was trained "
-                f"with {checkpoint_config[name]!r}; config.json was edited or belongs to another run"
+                f"{Path(cfg.run_dir) / 'config.json'}: '{name}' is {shown(getattr(cfg, name))} but {checkpoint} was "
+                f"trained with {shown(checkpoint_config[name])}; config.json was edited or belongs to another run"
             ])
 
 

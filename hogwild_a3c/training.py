@@ -13,6 +13,7 @@ import dataclasses
 import os
 import signal
 import sys
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +21,19 @@ from typing import Any
 
 import torch
 
-from .checkpoint import CheckpointError, Progress, check_training_payload, load_latest, restore_training
+from .checkpoint import (
+    CheckpointError,
+    NoCheckpointError,
+    Progress,
+    check_training_payload,
+    load_latest,
+    restore_training,
+)
 from .config import Config, build_parser
 from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env, env_options
-from .files import WriteError, remove_stale_temp_files
+from .files import WriteError, remove_stale_temp_files, shown
 from .logs import last_time_s
-from .model import build_model
+from .model import build_model, model_size_problem
 from .nodes import Node
 from .optim import LrSchedule
 from .process import flush_denormals
@@ -39,6 +47,7 @@ from .rundir import (
     default_run_dir,
     make_run_dir,
     read_meta,
+    refuse_links,
     resolve_new,
     resolve_resume,
 )
@@ -72,6 +81,9 @@ def _describe(cfg: Config) -> EnvInfo:
         info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
     except EnvSpecError as exc:
         raise ConfigError([str(exc)]) from None
+    too_large = model_size_problem(info.obs_shape, info.num_actions, cfg)
+    if too_large:
+        raise ConfigError([f"--lstm-size/--hidden-size: {too_large}"])
     problem = check_spawnable(cfg.env, cfg.start_method) if cfg.num_workers else None
     if problem:
         raise ConfigError([problem])
@@ -121,6 +133,7 @@ def _prepare_resume(resume_dir: str, args: dict[str, Any], rejoin: bool = False)
     run_dir = Path(resume_dir)
     if not run_dir.is_dir():
         raise ConfigError([f"--resume {resume_dir}: not a run directory (no such folder)"])
+    refuse_links(run_dir, f"--resume {resume_dir}")
     lock = RunDirLock.acquire(run_dir, f"--resume {resume_dir}")
     try:
         cfg = resolve_resume(resume_dir, args)
@@ -131,8 +144,16 @@ def _prepare_resume(resume_dir: str, args: dict[str, Any], rejoin: bool = False)
         try:
             payload, path = load_latest(run_dir / "checkpoints", warn=lambda m: print(m, file=sys.stderr))
             check_same_experiment(cfg, payload.get("config"), path)
-            check_training_payload(payload, path, build_model(env_info.obs_shape, env_info.num_actions, cfg),
-                                   cfg.optimizer)
+            with torch.device("meta"):  # only the shapes are compared: nothing is allocated to refuse a file
+                model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
+            check_training_payload(payload, path, model, cfg.optimizer)
+        except NoCheckpointError as exc:
+            # A run killed before its first save: nothing trained was kept, so it starts again
+            # from step 0 with its own config instead of leaving a folder nothing can use.
+            then = ("this node rejoins with the weights of the node with the most progress" if rejoin
+                    else "the run was stopped before its first save and starts again from step 0")
+            print(f"warning: {exc}; {then}", file=sys.stderr)
+            return Prepared(cfg, env_info, run_dir, lock, None, meta)
         except CheckpointError as exc:
             if not rejoin:
                 raise ConfigError([f"--resume {resume_dir}: {exc}"]) from None
@@ -148,6 +169,8 @@ def _prepare_resume(resume_dir: str, args: dict[str, Any], rejoin: bool = False)
 
 def _prepare_new(args: dict[str, Any]) -> Prepared:
     given_dir = args.get("run_dir")
+    if given_dir is not None and Path(given_dir).is_dir():
+        refuse_links(Path(given_dir), f"--run-dir {given_dir}")
     if given_dir is not None and (Path(given_dir) / RunDirLock.NAME).is_file():
         RunDirLock.acquire(Path(given_dir), f"--run-dir {given_dir}").release()  # says who holds it, if anyone
     cfg = resolve_new(args)
@@ -204,6 +227,18 @@ def prepare_given(args: dict[str, Any], resume_dir: str | None = None) -> Prepar
     return prepared
 
 
+def _catch_signals(policy: StopPolicy, recorder: Recorder) -> dict[int, Any]:
+    """Ctrl-C and SIGTERM stop the run saved; the handlers they replace, to put back at the end.
+    Python delivers signals to the main thread only, so a run started from another thread (the
+    API from a GUI's or a server's thread) cannot catch them: it trains without, and says so."""
+    if threading.current_thread() is not threading.main_thread():
+        recorder.log("this run was started outside the main thread, where Python cannot catch Ctrl-C or SIGTERM: "
+                     "it ends at its budget or target, or when its process is stopped (then --resume continues it)")
+        return {}
+    return {sig: signal.signal(sig, lambda signum, _frame: policy.on_signal(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
 def run_training(prepared: Prepared, argv: list[str]) -> int:
     """Train until the stop policy ends the run; returns the exit status."""
     cfg, run_dir = prepared.cfg, prepared.run_dir
@@ -248,8 +283,9 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
                         under_torchrun=node is not None)
     loop = RunLoop(cfg, run_dir, shared, recorder, policy, before, session)
     for dead in dead_sessions:
-        recorder.log(f"session {dead.get('session')} (pid {dead.get('pid')}) has no clean end in meta.json: recorded "
-                     f"it as {KILLED}, last known at global step {dead['global_step_end']} "
+        # Its fields were read from a file: shown, so a crafted one cannot write a line of its own.
+        recorder.log(f"session {shown(dead.get('session'))} (pid {shown(dead.get('pid'))}) has no clean end in "
+                     f"meta.json: recorded it as {KILLED}, last known at global step {dead['global_step_end']} "
                      f"({dead['global_step_end_from']})")
     removed, kept = remove_stale_temp_files([run_dir, run_dir / "checkpoints"])
     if removed:
@@ -257,8 +293,7 @@ def run_training(prepared: Prepared, argv: list[str]) -> int:
                      + ", ".join(path.name for path in removed))
     for path in kept:
         recorder.log(f"left {path}: its writer is still running, or it could not be removed")
-    previous = {sig: signal.signal(sig, lambda signum, _frame: policy.on_signal(signum))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = _catch_signals(policy, recorder)
     try:
         loop.children = make_children(cfg, prepared.env_info, shared, str(run_dir), session, loop.hooks(), node=node,
                                       progress=shared.global_step())

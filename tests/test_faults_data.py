@@ -92,21 +92,31 @@ def test_a_run_whose_updates_are_all_skipped_fails_with_a_reason(tmp_path):
 
 # -- a full disk -------------------------------------------------------------------------------
 
-def test_a_full_disk_is_one_clear_line_and_the_previous_checkpoint_survives(tmp_path):
-    folder = tmp_path / "checkpoints"
+@pytest.fixture
+def small_disk(tmp_path):
+    yield from mount_tmpfs(tmp_path / "disk", "3m", "cannot mount a small tmpfs here (needs root, as on CI)")
+
+
+def test_a_full_disk_is_one_clear_line_and_the_previous_checkpoint_survives(small_disk):
+    folder = small_disk / "checkpoints"
     save_checkpoint(folder, {"global_step": 1, "w": torch.ones(3)}, 1)
-    # The kernel's own "no space left" (ENOSPC): the temp file this save will write is /dev/full.
-    (folder / f".ckpt-{2:012d}.pt.{os.getpid()}.tmp").symlink_to("/dev/full")
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    (small_disk / "filler").write_bytes(b"\0" * (free - 64 * 1024))  # the kernel's own ENOSPC, part-way through
     with pytest.raises(CheckpointError, match=r"^no space left on device while writing .*ckpt-000000000002\.pt$"):
         save_checkpoint(folder, {"global_step": 2, "w": torch.ones(100_000)}, 2)
     assert load_checkpoint(folder / "latest.pt")["global_step"] == 1
     assert not any(p.name.startswith(".") for p in folder.iterdir())
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    yield from mount_tmpfs(tmp_path / "disk", "3m",
-                           "cannot mount a small tmpfs here (needs root); the /dev/full test covers the message")
+def test_a_link_planted_as_a_checkpoints_temp_file_is_not_written_through(tmp_path):
+    folder, victim = tmp_path / "checkpoints", tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    save_checkpoint(folder, {"global_step": 1, "w": torch.ones(3)}, 1)
+    (folder / f".ckpt-{2:012d}.pt.{os.getpid()}.tmp").symlink_to(victim)
+    with pytest.raises(CheckpointError, match=r"^cannot write .*ckpt-000000000002\.pt: Too many levels of symbolic"):
+        save_checkpoint(folder, {"global_step": 2, "w": torch.ones(3)}, 2)
+    assert victim.read_bytes() == b"precious"
+    assert load_checkpoint(folder / "latest.pt")["global_step"] == 1
 
 
 def test_a_run_on_a_full_disk_stops_with_one_line_in_meta(small_disk):

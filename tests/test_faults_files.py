@@ -231,6 +231,8 @@ CRAFTED = {
     "negative counter": (lambda p: {**p, "counters": {**p["counters"], "env_errors": -1}}, "counter 'env_errors'"),
     "negative step": (lambda p: {**p, "global_step": -5}, "global_step is -5"),
     "step of the wrong type": (lambda p: {**p, "global_step": 5.5}, "global_step is 5.5"),
+    "step beyond int64": (lambda p: {**p, "global_step": 2**63}, f"global_step is {2**63}, not an integer"),
+    "a bool for a step": (lambda p: {**p, "global_step": True}, "global_step is True"),
     "NaN elapsed time": (lambda p: {**p, "elapsed_s": math.nan}, "elapsed_s is nan"),
     "NaN best return": (lambda p: {**p, "best_eval_return": math.nan}, "best_eval_return is nan"),
     "NaN weights": (lambda p: {**p, "model": {k: v.clone().fill_(math.nan) if v.is_floating_point() else v
