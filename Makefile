@@ -36,9 +36,11 @@ smoke: $(STAMP)
 	$(PY) -m hogwild_a3c.train --num-workers 2 --max-seconds 60 --eval-interval 20 --eval-episodes 1 --run-dir runs/smoke-$$(date +%Y%m%d-%H%M%S) $(ARGS)
 
 # Two nodes simulated on this machine (127.0.0.1): each a trainer with its own workers and a
-# syncer. On real machines run the torchrun line of the README on each one instead.
+# syncer. On real machines run the torchrun line of the README on each one instead. The nodes
+# prove a secret to each other: a fresh one per run unless HOGWILD_RUN_TOKEN is set already.
 NODES ?= 2
 train-nodes: $(STAMP)
+	HOGWILD_RUN_TOKEN=$${HOGWILD_RUN_TOKEN:-$$($(PY) -c 'import secrets; print(secrets.token_hex(16))')} \
 	TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 $(VENV)/bin/torchrun --standalone --nnodes=1 --nproc-per-node=$(NODES) \
 		--max-restarts=3 -m hogwild_a3c.train --num-workers 1 --run-dir runs/nodes-$$(date +%Y%m%d-%H%M%S) $(ARGS)
 

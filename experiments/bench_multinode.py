@@ -26,6 +26,7 @@ import argparse
 import csv
 import math
 import os
+import secrets
 import shutil
 import socket
 import statistics
@@ -69,7 +70,8 @@ def pinned_to(cores: list[int] | None):
 def run_layout(layout: str, args: argparse.Namespace, flags: list[str], run_dir: Path) -> list[Path]:
     """One run of a layout to its end; the progress directories it wrote (one per node)."""
     groups = core_groups(args.nodes, args.workers)
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+           "HOGWILD_RUN_TOKEN": os.environ.get("HOGWILD_RUN_TOKEN") or secrets.token_hex(16)}
 
     def logged(name: str) -> dict:  # beside the run dir: the trainer refuses a run dir that holds files
         return {"stdout": open(run_dir.with_name(f"{run_dir.name}.{name}.log"), "w"), "stderr": subprocess.STDOUT,

@@ -76,6 +76,8 @@ class Config:
     sync_mode: str = _opt("sum", "multi-node runs: sum = every node's updates reach every node (A3C, like universe's "
                           "parameter server); avg = model averaging", choices=["sum", "avg"])
     sync_timeout: float = _run(60.0, "multi-node runs: seconds a sync may wait for a frozen node before it fails")
+    trust_network: bool = _run(False, "multi-node runs: start without HOGWILD_RUN_TOKEN, admitting any machine that "
+                                      "reaches the rendezvous (only on a network that your machines alone can reach)")
     # Budgets
     max_steps: int | None = _run(None, "stop after this many agent steps, summed over workers (total, across resumes)")
     max_seconds: float | None = _run(None, "stop after this many seconds of run time (total, across resumes)")

@@ -47,4 +47,12 @@ class WriteFailed:
     message: str  # one line naming the file, from `files.describe_failure`
 
 
-Message = EpisodeEnded | Evaluated | ChildRaised | WriteFailed
+@dataclass(frozen=True)
+class SyncRefused:
+    """The syncer refused a peer, or was refused, at the start of the sync or in a round: the
+    node stops saved and is not restarted (a restart would meet the same peer)."""
+
+    message: str  # one line naming the peer by the address it connected from
+
+
+Message = EpisodeEnded | Evaluated | ChildRaised | WriteFailed | SyncRefused

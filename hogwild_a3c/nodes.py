@@ -87,15 +87,21 @@ def syncer_main(params: list, moments: list, local_steps: Any, stop_flag: Any, s
                 progress: int, links: Any, parent_pid: int) -> None:
     """Entry point of the syncer process: child hygiene, then `syncer.run_syncer` until a stop
     vote; `moments` are the shared model's running statistics, (mean, var, count) each. A failed
-    collective (a peer died or froze) raises, and the node's run stops for torchrun to restart it."""
+    collective (a peer died or froze) raises, and the node's run stops for torchrun to restart it;
+    a refusal is reported as one line and the syncer exits 0 (see `syncer`'s docstring)."""
     from .process import run_child
 
     def body() -> None:
-        from .syncer import run_syncer
+        from .messages import SyncRefused
+        from .syncer import MembershipError, run_syncer
 
-        run_syncer(params, local_steps, stop_flag, status, init_method="env://", rank=node.rank,
-                   world_size=node.world_size, progress=progress, sync_interval=cfg.sync_interval,
-                   sync_timeout=cfg.sync_timeout, mode=cfg.sync_mode, identity=node_identity(cfg),
-                   token=os.environ.get(RUN_TOKEN, "").encode(), max_claim=max_claim(cfg.max_steps), moments=moments)
+        try:
+            run_syncer(params, local_steps, stop_flag, status, init_method="env://", rank=node.rank,
+                       world_size=node.world_size, progress=progress, sync_interval=cfg.sync_interval,
+                       sync_timeout=cfg.sync_timeout, mode=cfg.sync_mode, identity=node_identity(cfg),
+                       token=os.environ.get(RUN_TOKEN, "").encode(), max_claim=max_claim(cfg.max_steps),
+                       moments=moments)
+        except MembershipError as refused:  # one line, no traceback: the node stops saved (exit 0 here)
+            links.report(SyncRefused(str(refused)))
 
     run_child("syncer", node.rank, parent_pid, body, links.report)

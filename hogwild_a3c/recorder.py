@@ -285,6 +285,12 @@ class Recorder:
         self.session.setdefault("pids", {}).update(pids)
         self._write_meta()
 
+    def sync_start(self, agreed: int, restored: int) -> None:
+        """A node's session starts where the nodes agreed (the most progress of any), not at the
+        step of its own checkpoint, which meta.json keeps beside it."""
+        self.session.update(global_step_start=agreed, global_step_restored=restored)
+        self._write_meta()
+
     def end_session(self, ended: str, exit_code: int, global_step: int, time_s: float) -> None:
         """The session's last meta.json, by every means there is: on a full disk the space held
         back since the start is given up for it; where no new file can be made (a read-only

@@ -19,7 +19,7 @@ import torch
 from .checkpoint import CheckpointError, Progress, save_checkpoint, training_payload
 from .config import Config
 from .files import DirectoryWatch
-from .messages import ChildRaised, EpisodeEnded, Evaluated, Message, WriteFailed
+from .messages import ChildRaised, EpisodeEnded, Evaluated, Message, SyncRefused, WriteFailed
 from .process import CpuShare, rss_mb
 from .recorder import Recorder
 from .shared import STAT, SharedState
@@ -102,6 +102,8 @@ class RunLoop:
                 recorder.error(f"{message.role} {message.rank} raised {message.summary}\n{message.traceback}")
             elif isinstance(message, WriteFailed):
                 self.files_failed(message.message)
+            elif isinstance(message, SyncRefused):
+                self.policy.refuse(message.message)
 
     def counters(self) -> dict[str, int]:
         stats = self.shared.worker_stats
@@ -187,7 +189,10 @@ class RunLoop:
         self.recorder.log(f"run directory: {self.run_dir}")
         policy.check_budgets(shared.global_step(), self.clock.time_s())
         if not policy.stopping:
+            restored = shared.global_step()
             children.start()
+            if shared.sync is not None and shared.global_step() != restored:  # the nodes agreed on another start
+                self.recorder.sync_start(shared.global_step(), restored)
         while not policy.stopping:
             children.advance()
             self.deliver(children.messages())

@@ -8,7 +8,8 @@ best.pt, meta.json, a CSV row, a log line; a run directory deleted during the ru
 reason given is the one recorded, except that a failure outranks a budget or target reached.
 Exit status: 0 budget or target, 1 failure, 130 SIGINT, 143 SIGTERM (2, bad input, never gets
 this far). A node of a multi-node run (`under_torchrun`) exits 0 after a signal: to torchrun any
-other status is a failure, and its agent would restart a trainer that was told to stop.
+other status is a failure, and its agent would restart a trainer that was told to stop; so does a
+node whose sync refused a peer (`refuse`), which a restart would only meet again.
 """
 from __future__ import annotations
 
@@ -58,6 +59,13 @@ class StopPolicy:
         if self.reason is not None and self.exit_code == EXIT_OK and not self.signals_seen:
             self.reason = None
         self.stop(f"failed: {message}", EXIT_FAILED)
+
+    def refuse(self, message: str) -> None:
+        """A multi-node start refused (a peer without the token, other settings, a forged claim):
+        stop saved with exit 0. It is not a failure that a restart mends, and any other status
+        would make torchrun restart every node into the same refusal, again and again."""
+        self._record_error(f"run stopping: {message}")
+        self.stop(f"refused: {message}", EXIT_OK)
 
     def on_signal(self, signum: int) -> None:
         self.signals_seen += 1

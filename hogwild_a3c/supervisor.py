@@ -125,7 +125,7 @@ class ProcessChildren(_Children):
         """Start the syncer and wait until the nodes agree on the start: it may overwrite this
         node's weights with those of the node with the most progress, so workers start after."""
         from .nodes import syncer_main
-        from .syncer import FAILED, STARTING
+        from .syncer import FAILED, REFUSED, STARTING
 
         reader, child_end = report_pipe(self.ctx)
         links = HogwildLinkFactory(self.shared.for_child(None), child_end)
@@ -146,7 +146,14 @@ class ProcessChildren(_Children):
             if self.shared.stop_requested():
                 return False
             time.sleep(0.05)
-        if int(self.shared.sync.state[0]) in (STARTING, FAILED):
+        state = int(self.shared.sync.state[0])
+        if state in (FAILED, REFUSED):
+            # The syncer says why in its last report as it exits: read it now, so the run records
+            # the refusal or the failure itself and not a start that timed out.
+            process.join(10)
+            self.hooks.deliver(self.children[-1].reports.read())
+            return False  # a refusal stopped the run through its report; a failure is reported by `check`
+        if state == STARTING:
             if process.is_alive() and not self.shared.stop_requested():
                 self.hooks.fail(f"the nodes did not agree on a start within {self.cfg.sync_timeout + 30:g} s "
                                 "(are all of them started, with the same rendezvous?)")

@@ -27,20 +27,18 @@ collectives in the same order (one all-reduce per round):
               (low, mid, high) in float32: each limb summed over up to 256 nodes stays below
               2**24, so the sum is exact in float32 for deltas up to 2**48 steps.
 
-Membership (`check_members`), before any weights move: each node sends a hello (a fresh random
-nonce, its host and its identity: the settings that change what an update computes, the model's
-parameter count, the package version), then an HMAC-SHA256 under the run token
-(`HOGWILD_RUN_TOKEN`, empty when unset) over every hello and its own rank. Every node checks
-every other node's proof with its own token, and every identity against its own. A node that
-cannot prove the token, or whose identity differs, stops the start on every node with one line
-naming it (and for a config, the differing fields): nobody gives it weights or takes any from it.
-The bytes go through gloo as uint8 tensors of JSON, never pickle: a peer's hello is data.
+Membership (`membership.check_members`), before any weights move: the run token (an HMAC over
+fresh nonces), the settings, the model's size and the version; a refused peer is named by the
+address it connected from. Every number a peer sends later is checked before use: a claim of
+progress against this node's own bound, each round's control values for kind and range, the
+weight changes and statistics for finiteness (`PeerDataError`).
 
-Start (`start_sync`): all_gather every node's progress (the global step it restored), pick the
-node with the most (lowest rank on ties; ranks change across elastic restarts, so it is not
-necessarily rank 0) among claims the run can have made (a claim more than 10% above --max-steps is refused
-as forged or corrupt: `nodes.max_claim`), broadcast its parameters, set shared and anchor to them; every node agrees
-that the global step starts at that node's progress.
+Start (`start_sync`): all_gather every node's progress (the global step it restored), each
+checked against this node's own bound (`nodes.max_claim` of its own budget: a claim more than
+10% above --max-steps is refused as forged or corrupt), pick the node with the most (lowest rank
+on ties; ranks change across elastic restarts, so it is not necessarily rank 0), broadcast its
+parameters, set shared and anchor to them; every node agrees that the global step starts at that
+node's progress.
 
 Process entry (`run_syncer`): `init_process_group("gloo", ..., timeout=sync_timeout)` in this
 process only, the start protocol, then rounds until the local stop flag is set (this node's vote
@@ -50,7 +48,11 @@ socket closes, else after `sync_timeout`); it comes out as `SyncError` with a on
 `status.state` is set to FAILED, and, uncaught, the child exits with code 1 (the process group
 is destroyed on every way out). The supervisor does not restart a syncer: it fails this node's
 run, which saves and exits 1, and torchrun (`--max-restarts`) restarts every node's trainer into
-a new rendezvous, each resuming its own run directory.
+a new rendezvous, each resuming its own run directory. A refusal (`MembershipError`: a peer
+that cannot prove the token, differs in settings, claims too much or sends numbers no node
+sends) is not a failure that a restart mends: `status.state` is REFUSED, `nodes.syncer_main`
+reports the one line and exits 0, and the node stops saved with exit 0, which torchrun does
+not restart.
 
 Measured here (`nice -n 10 python experiments/bench_syncer.py`: 2 processes on loopback, on a
 2-core machine shared with other work at load ~3.5; universe model `build_model((1, 42, 42), 6,
@@ -63,20 +65,19 @@ experiments/results/multinode/2026-11-30-sync-cost-model.md.
 """
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-import re
-import secrets
+import math
 import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from .membership import MembershipError, SyncError, check_claims, check_members
+
+__all__ = ["MembershipError", "SyncError", "check_members"]  # re-exported: where callers found them
 
 MODES = ("sum", "avg")
 # Layout of the control values at the end of the flat buffer.
@@ -88,85 +89,25 @@ MAX_STEP_DELTA = 1 << (3 * LIMB_BITS)
 MAX_WORLD = 256  # (2**16 - 1) * 256 < 2**24: limb sums stay exact in float32
 
 # SyncStatus.state values
-STARTING, RUNNING, STOPPED, FAILED = 0, 1, 2, 3
+STARTING, RUNNING, STOPPED, FAILED, REFUSED = 0, 1, 2, 3, 4
 
 
-class SyncError(RuntimeError):
-    """A collective failed (a peer died, hung, or the network broke); one-line message."""
+class PeerDataError(MembershipError):
+    """A round's sums hold what no node of this run sends (NaN weights, a stop vote of 7, a
+    negative step count): a peer is broken or hostile, and nothing of the round is applied."""
 
 
-class MembershipError(SyncError):
-    """A node failed the membership check at the start of the sync; the message names it."""
+def _control_problem(control: Sequence[float], world_size: int) -> str | None:
+    """Why the summed control values cannot be the sum of `world_size` nodes' votes and limbs."""
+    def count_in(value: float, most: int) -> bool:
+        return math.isfinite(value) and value == round(value) and 0 <= value <= most
 
-
-MAX_HELLO_BYTES = 1 << 16
-
-
-def _all_gather_bytes(data: bytes, limit: int = MAX_HELLO_BYTES) -> list[bytes]:
-    """Every rank's `data`, as bytes, through the default group (lengths first, then the padded
-    bytes); a length above `limit` from any rank is refused before the bytes are sent."""
-    world = dist.get_world_size()
-    length = torch.tensor([len(data)], dtype=torch.int64)
-    lengths = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(lengths, length)
-    sizes = [int(t[0]) for t in lengths]
-    if max(sizes) > limit or min(sizes) < 0:
-        raise MembershipError(f"a node sent a hello of {max(sizes)} bytes (at most {limit}): not a node of this run")
-    padded = torch.zeros(max(sizes), dtype=torch.uint8)
-    padded[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else padded[:0]
-    gathered = [torch.zeros(max(sizes), dtype=torch.uint8) for _ in range(world)]
-    dist.all_gather(gathered, padded)
-    return [bytes(t[:n].tolist()) for t, n in zip(gathered, sizes)]
-
-
-def _proof(token: bytes, transcript: bytes, rank: int) -> bytes:
-    return hmac.new(token, transcript + b"|rank=%d" % rank, hashlib.sha256).digest()
-
-
-def _differences(mine: dict, theirs: dict) -> list[str]:
-    names = sorted(set(mine) | set(theirs))
-    def shown(value: Any) -> str:
-        text = repr(value)
-        return text if len(text) <= 80 else text[:77] + "..."
-
-    return [f"{str(name)[:40]} (here {shown(mine.get(name))}, there {shown(theirs.get(name))})" for name in names
-            if mine.get(name) != theirs.get(name)][:12]
-
-
-def check_members(identity: dict, token: bytes, host: str = "") -> None:
-    """The membership check on the default group (see the module docstring); raises
-    MembershipError on every node when a node cannot prove the token or differs in identity."""
-    world, rank = dist.get_world_size(), dist.get_rank()
-    hello = json.dumps({"nonce": secrets.token_hex(16), "host": host, "identity": identity}, sort_keys=True)
-    hellos = _all_gather_bytes(hello.encode())
-    transcript = b"\0".join(hellos)
-    proofs = _all_gather_bytes(_proof(token, transcript, rank), limit=64)
-    refused = [r for r in range(world)
-               if r != rank and not hmac.compare_digest(proofs[r], _proof(token, transcript, r))]
-
-    def who(r: int) -> str:
-        try:
-            host = json.loads(hellos[r])["host"]
-        except (ValueError, KeyError, TypeError, RecursionError):
-            return f"rank {r}"
-        return f"rank {r} ({host})" if isinstance(host, str) and re.fullmatch(r"[\w.-]{1,64}", host) else f"rank {r}"
-
-    if refused:
-        state = "set" if token else "unset"
-        raise MembershipError(
-            f"{', '.join(who(r) for r in refused)} did not prove this node's HOGWILD_RUN_TOKEN ({state} here): "
-            "the nodes of one run must share it; no weights go to or come from a node that cannot")
-    for r in range(world):
-        if r == rank:
-            continue
-        try:
-            theirs = json.loads(hellos[r])["identity"]
-        except (ValueError, KeyError, TypeError, RecursionError):
-            raise MembershipError(f"{who(r)} sent a hello that is not a node's: not a node of this run") from None
-        differing = _differences(identity, theirs if isinstance(theirs, dict) else {})
-        if differing:
-            raise MembershipError(f"this node's settings differ from {who(r)}'s in {', '.join(differing)}: "
-                                  "every node of a run must be started with the same settings and version")
+    if not count_in(control[STOP], world_size):
+        return f"hold a stop vote of {control[STOP]!r} (from {world_size} nodes voting 0 or 1)"
+    limbs = control[STEPS0:STEPS0 + 3]
+    if not all(count_in(limb, world_size * (LIMB - 1)) for limb in limbs):
+        return f"hold step limbs {limbs!r} (each a sum of {world_size} integers from 0 to {LIMB - 1})"
+    return None
 
 
 def _flat_view(t: torch.Tensor) -> torch.Tensor:
@@ -259,6 +200,11 @@ class ParamSync:
         Returns (some node voted stop, summed steps)."""
         control = self.buf[self.numel:].tolist()
         total = self.buf[: self.numel]
+        problem = _control_problem(control, world_size) or (None if bool(torch.isfinite(total).all()) else
+                                                            "hold NaN or inf weight changes")
+        if problem:
+            raise PeerDataError(f"this round's sums {problem}, which no node of this run sends: a node is broken or "
+                                "hostile; nothing of the round was applied")
         if self.mode == "avg":
             total.div_(world_size)
         self.anchor.add_(total)
@@ -339,6 +285,10 @@ class MomentsSync:
         """The buffer holds the sums over the nodes: move the anchor to the joined statistics and
         write them to this node's buffers, with what its workers folded in since `begin` on top
         (that is new to the anchor, so it goes out with the next round)."""
+        counts = [float(self.buf[at]) for at, _, _ in self._slices()]
+        if not bool(torch.isfinite(self.buf).all()) or min(counts) < 0:
+            raise PeerDataError("this round's statistics hold NaN, inf or a negative count, which no node of this run "
+                                "sends: a node is broken or hostile; nothing of the round was applied")
         for i, ((at, d_slice, q_slice), moments) in enumerate(zip(self._slices(), self.moments)):
             ca, ma, va = self.anchor[i]
             total = ca + float(self.buf[at])
@@ -365,6 +315,11 @@ class MomentsSync:
         state = torch.cat([torch.cat([torch.tensor([c], dtype=torch.float64), m, v]) for c, m, v in
                            (self._read(m) for m in self.moments)])
         dist.broadcast(state, src=source)
+        counts_and_vars = torch.cat([torch.cat([state[at:at + 1], state[v_slice]])
+                                     for at, _, v_slice in self._slices()])
+        if not bool(torch.isfinite(state).all()) or bool((counts_and_vars < 0).any()):
+            raise PeerDataError(f"rank {source}'s statistics at the start hold NaN, inf or a negative count or "
+                                "variance: its checkpoint is damaged or crafted")
         for i, ((at, m_slice, v_slice), moments) in enumerate(zip(self._slices(), self.moments)):
             agreed = (float(state[at]), state[m_slice].clone(), state[v_slice].clone())
             self.anchor[i] = agreed
@@ -401,25 +356,15 @@ def start_sync(sync: ParamSync, progress: int, max_claim: int | None = None) -> 
     this returns, or accept that their earlier writes on non-source nodes are dropped.
     Returns (source rank, agreed starting global step).
     """
-    world = dist.get_world_size()
-    # Each node's claim with its own bound (-1: none); the bound is the highest of them, the same
-    # on every node (budgets may differ, as --max-steps may change on resume).
-    mine = torch.tensor([int(progress), -1 if max_claim is None else int(max_claim)], dtype=torch.int64)
-    gathered = [torch.zeros(2, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(gathered, mine)
-    progress_all = [int(t[0]) for t in gathered]
-    bounds = [int(t[1]) for t in gathered]
-    bound = None if min(bounds) < 0 else max(bounds)
-    too_far = [r for r, p in enumerate(progress_all) if p < 0 or (bound is not None and p > bound)]
-    if too_far:
-        limit = "" if bound is None else f" (at most {bound:,})"
-        raise MembershipError(f"rank {too_far[0]} claims global step {progress_all[too_far[0]]:,}, beyond what this "
-                              f"run can have made{limit}; its checkpoint is forged or corrupt")
+    progress_all = check_claims(progress, max_claim)
     source = pick_source(progress_all)
     weights = sync.buf[: sync.numel]
     if dist.get_rank() == source:
         sync.snapshot_into(weights)
     dist.broadcast(weights, src=source)
+    if not bool(torch.isfinite(weights).all()):
+        raise PeerDataError(f"rank {source}'s weights at the start hold NaN or inf: its checkpoint is damaged or "
+                            "crafted")
     if dist.get_rank() == source:
         sync.anchor.copy_(weights)
     else:
@@ -532,7 +477,7 @@ def run_syncer(
                 status.state[0] = STOPPED
                 return
     except MembershipError as e:
-        status.state[0] = FAILED
+        status.state[0] = REFUSED
         raise MembershipError(f"{where}: {e}") from None
     except Exception as e:
         status.state[0] = FAILED

@@ -34,7 +34,7 @@ from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env, env_opti
 from .files import WriteError, remove_stale_temp_files, shown
 from .logs import last_time_s
 from .model import build_model, model_size_problem
-from .nodes import Node
+from .nodes import RUN_TOKEN, Node
 from .optim import LrSchedule
 from .process import flush_denormals
 from .recorder import KILLED, Recorder, close_dead_sessions
@@ -187,6 +187,14 @@ def _prepare_new(args: dict[str, Any]) -> Prepared:
 def _prepare_node(node: Node, resume_dir: str | None, args: dict[str, Any]) -> Prepared:
     """A node of a multi-node run writes `<run-dir>/nodes/<node>/`; a node that ran before (a
     restart by torchrun, or --resume) resumes its own directory."""
+    if not os.environ.get(RUN_TOKEN) and not args.get("trust_network"):
+        raise ConfigError([f"a multi-node run needs {RUN_TOKEN}: without it any machine that reaches the rendezvous "
+                           "joins the run and can replace its weights; set the same secret on every node (e.g. export "
+                           f"{RUN_TOKEN}=$(python -c 'import secrets; print(secrets.token_hex(16))')), or pass "
+                           "--trust-network where only your machines can reach it"])
+    if not os.environ.get(RUN_TOKEN):
+        print(f"warning: --trust-network without {RUN_TOKEN}: any machine that reaches the rendezvous joins this run",
+              file=sys.stderr)
     base = resume_dir if resume_dir is not None else args.pop("run_dir", None)
     if base is None:
         raise ConfigError(["a multi-node run (under torchrun) needs --run-dir DIR, the same on every node"])

@@ -77,7 +77,8 @@ def test_a_run_whose_lstm_died_is_warned_once_and_a_healthy_one_not_at_all(tmp_p
     for path in (run_dir / "checkpoints").glob("*.pt"):
         path.unlink()
     save_checkpoint(run_dir / "checkpoints", payload, payload["global_step"])
-    assert train.main(["--resume", str(run_dir), *evals[:4], "--max-steps", "3000", "--no-progress"]) == 0
+    assert train.main(["--resume", str(run_dir), "--env", "tests.envs:Counting-v0", *evals[:4], "--max-steps", "3000",
+                       "--no-progress"]) == 0
     warnings = [line for line in train_log(run_dir).splitlines() if "looks dead" in line]
     assert len(warnings) == 1, warnings
     assert "another --seed" in warnings[0] and "|c| = 1" in warnings[0]  # ~120: one per step of the episode

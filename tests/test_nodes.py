@@ -21,7 +21,8 @@ from tests.helpers import REPO
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2"]
 # A rejoining node waits forever on torchrun's shared TCP store (pytorch/pytorch#147064) unless this is set.
-ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+       "HOGWILD_RUN_TOKEN": "the nodes' secret"}
 
 
 def nodes_of(run_dir):
@@ -46,12 +47,20 @@ def test_a_node_is_known_from_torchruns_environment(tmp_path, capsys):
     with pytest.raises(ValueError, match="HOGWILD_NODE_NAME='../x'"):
         Node.from_env({"WORLD_SIZE": "2", "RANK": "1", "HOGWILD_NODE_NAME": "../x"})
     os.environ.update(WORLD_SIZE="2", RANK="1", LOCAL_RANK="1")
+    os.environ.pop("HOGWILD_RUN_TOKEN", None)
     try:
-        assert train.main(["--env", "CartPole-v1", "--max-steps", "10"]) == 2
+        # No token and no --trust-network: refused before anything else is looked at, or made.
+        assert train.main(["--env", "CartPole-v1", "--max-steps", "10", "--run-dir", str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err
+        assert "a multi-node run needs HOGWILD_RUN_TOKEN" in err and "--trust-network" in err
+        assert not (tmp_path / "run").exists()
+        assert train.main(["--env", "CartPole-v1", "--max-steps", "10", "--trust-network"]) == 2
+        err = capsys.readouterr().err
+        assert "--trust-network without HOGWILD_RUN_TOKEN: any machine" in err
+        assert "multi-node run (under torchrun) needs --run-dir" in err
     finally:
         for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
             del os.environ[name]
-    assert "multi-node run (under torchrun) needs --run-dir" in capsys.readouterr().err
 
 
 def test_every_worker_of_every_node_gets_a_seed_of_its_own():

@@ -76,7 +76,7 @@ def _listening(port: int) -> bool:
 
 
 def start_machine(host: str, port: int, run_dir: Path, steps: int, log: Path, extra: tuple[str, ...] = (),
-                  nodes: str = "1:2", restarts: int = 5, token: str | None = None) -> subprocess.Popen:
+                  nodes: str = "1:2", restarts: int = 5, token: str | None = "the run's secret") -> subprocess.Popen:
     """One machine: a torchrun agent in its own session (so the whole machine can be killed at
     once) and its own UTS namespace. last_call_timeout=2: after a loss the survivor's agent waits
     2 s for others before it restarts alone, not torchrun's default 30 s."""
@@ -87,7 +87,9 @@ def start_machine(host: str, port: int, run_dir: Path, steps: int, log: Path, ex
              "--num-workers", "1", "--max-steps", str(steps), "--sync-interval", "0.5", "--eval-episodes", "1",
              "--eval-interval", "5", "--progress-interval", "0.5", "--no-progress", "--run-dir", str(run_dir), *extra]
     script = f"hostname {host} && exec {' '.join(agent)}"
-    env = ENV if token is None else {**ENV, "HOGWILD_RUN_TOKEN": token}
+    env = {name: value for name, value in ENV.items() if name != "HOGWILD_RUN_TOKEN"}
+    if token is not None:  # None: a machine started without the run's secret
+        env["HOGWILD_RUN_TOKEN"] = token
     return subprocess.Popen(["unshare", "--uts", "bash", "-c", script], cwd=REPO, env=env, stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -244,13 +246,37 @@ def test_a_frozen_machine_leaves_the_survivor_training_and_rejoins_when_it_wakes
 
 
 @pytest.mark.timeout(480)
+def test_machines_without_the_run_token_do_not_start(tmp_path):
+    """No token is not the default any more: two machines started without HOGWILD_RUN_TOKEN (and
+    without --trust-network) refuse before any folder or child exists, in one line each."""
+    port, run_dir = _free_port(), tmp_path / "run"
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    a = start_machine("machine-a", port, run_dir, 2000, logs[0], restarts=0, token=None)
+    wait_for(lambda: _listening(port) or a.poll() is not None, 60, "machine a's rendezvous store", logs)
+    b = start_machine("machine-b", port, run_dir, 2000, logs[1], restarts=0, token=None)
+    try:
+        a.wait(timeout=120)
+        b.wait(timeout=60)
+    finally:
+        for agent in (a, b):
+            if agent.poll() is None:
+                kill_machine(agent.pid)
+    for log in logs:
+        text = log.read_text()
+        assert "error: a multi-node run needs HOGWILD_RUN_TOKEN" in text and "--trust-network" in text, text[-2000:]
+    assert a.returncode != 0 and b.returncode != 0
+    assert not (run_dir / "nodes").exists()
+
+
+@pytest.mark.timeout(480)
 def test_an_uninvited_machine_with_a_forged_checkpoint_changes_nothing(tmp_path):
     """The attack of issue 21: a third agent reaches the rendezvous (same id, room for 3 nodes)
     with a checkpoint claiming 2,000,000 steps, without the run's HOGWILD_RUN_TOKEN. Every node
     refuses it at the start of the sync, and nothing moves: the real machines' weights and global
     step never come from the forgery. An agent that gives up closes torchrun's rendezvous for all
     (torchrun's rule, not ours), so the real machines' agents stop too: their trainers save and
-    end cleanly, and nothing hangs."""
+    end with exit 0 and "refused: ..." in meta.json, so no agent restarts them into the same
+    refusal, and nothing hangs."""
     import torch
 
     forged_dir, port = tmp_path / "forged", _free_port()
@@ -282,11 +308,18 @@ def test_an_uninvited_machine_with_a_forged_checkpoint_changes_nothing(tmp_path)
         for agent in (a, b, intruder):
             if agent is not None and agent.poll() is None:
                 kill_machine(agent.pid)
+    assert [a.returncode, b.returncode] == [0, 0]  # stopped saved, and not restarted into the same refusal
     refused = [(d / "train.log").read_text() for d in (a_dir, b_dir)]
-    assert all("did not prove this node's HOGWILD_RUN_TOKEN" in text for text in refused), refused[0][-2000:]
+    for text in refused:  # named by the address it connected from; its own word for itself is only a claim
+        assert "(connected from 127.0.0.1; it calls itself 'intruder') did not prove this node's HOGWILD_RUN_TOKEN" \
+            in text, text[-2000:]
+        assert "Traceback" not in text
     for node_dir in (a_dir, b_dir):
         node_sessions = sessions(node_dir)
-        assert all(s["global_step_start"] < 1_000_000 for s in node_sessions)  # never the forged 2,000,000
-        assert all(s["ended"] is not None and not s["ended"].startswith("killed") for s in node_sessions)
-        assert pd.read_csv(node_dir / "progress.csv")["global_step"].max() < 1_000_000
+        last = node_sessions[-1]
+        assert last["ended"].startswith("refused: ") and last["exit_code"] == 0, last
+        # the refused session moved nothing: it ended where it started, at the node's own step
+        assert last["global_step_end"] == last["global_step_start"] == node_sessions[-2]["global_step_end"]
+        assert len(node_sessions) <= 3  # its first session, perhaps one cut by the re-rendezvous, the refusal
+        assert "rank 2's weights" not in (node_dir / "train.log").read_text()
         assert load_checkpoint(node_dir / "checkpoints" / "latest.pt")["global_step"] < 1_000_000

@@ -16,10 +16,13 @@ import torch
 from hogwild_a3c.model import build_model
 from hogwild_a3c.syncer import (
     FAILED,
+    REFUSED,
     RUNNING,
     STARTING,
     STOPPED,
+    MomentsSync,
     ParamSync,
+    PeerDataError,
     SyncError,
     SyncStatus,
     decode_steps,
@@ -354,7 +357,7 @@ def _refused_everywhere(nodes, timeout=40):
     messages = [open(path).read() for path in nodes.err]
     assert [p.exitcode for p in nodes.procs] == [3] * len(nodes.procs), messages
     assert all("\n" not in m for m in messages)
-    assert all(int(s.state[0]) == FAILED for s in nodes.status)
+    assert all(int(s.state[0]) == REFUSED for s in nodes.status)
     return messages
 
 
@@ -368,8 +371,8 @@ def test_an_uninvited_node_with_a_forged_claim_moves_no_weights(tmp_path):
     finally:
         nodes.kill()
     for r in (0, 1):
-        assert messages[r].startswith(f"syncer rank {r}/3: rank 2 (") and "did not prove" in messages[r], messages[r]
-        assert "HOGWILD_RUN_TOKEN" in messages[r]
+        assert messages[r].startswith(f"syncer rank {r}/3: rank 2 (connected from 127.0.0.1; it calls itself ")
+        assert "did not prove" in messages[r] and "HOGWILD_RUN_TOKEN" in messages[r], messages[r]
     assert "rank 0 (" in messages[2] and "rank 1 (" in messages[2]
     for r in range(3):  # nobody was given weights or took any
         assert torch.equal(flat(nodes.params[r]), nodes.initial[r])
@@ -386,6 +389,59 @@ def test_a_claim_beyond_the_budget_is_refused_among_members(tmp_path):
         nodes.kill()
     assert all("rank 1 claims global step 2,000,000" in m for m in messages), messages
     assert all(torch.equal(flat(p), start) for p, start in zip(nodes.params, nodes.initial))
+
+
+@pytest.mark.timeout(90)
+def test_a_peer_declaring_no_budget_or_a_huge_one_does_not_lift_this_nodes_bound(tmp_path):
+    """The bound comes from each node's own --max-steps: a member (it has the token) whose claim
+    is 5,000,000,000 with a budget of its own of 1e10, or none, is refused by both others."""
+    bound, unbounded = {"token": b"s", "max_claim": 660_000}, {"token": b"s", "max_claim": None}
+    for liar in (unbounded, {"token": b"s", "max_claim": 11_000_000_000}):
+        nodes = Nodes(tmp_path, progress=(1000, 400, 5_000_000_000), seeds=(0, 1, 2), each=[bound, bound, liar])
+        try:
+            messages = _refused_everywhere(nodes)
+        finally:
+            nodes.kill()
+        for r in (0, 1):
+            assert "rank 2 claims global step 5,000,000,000" in messages[r] and "at most 660,000" in messages[r]
+        assert "another node refused a claim" in messages[2]  # it has no bound of its own, and stops too
+        assert all(torch.equal(flat(p), start) for p, start in zip(nodes.params, nodes.initial))
+
+
+def test_a_round_whose_sums_no_node_sends_is_refused_and_nothing_is_applied():
+    """Every number a peer adds to a round is checked before use: a stop vote of 7, a negative
+    or fractional step limb, NaN weight changes or statistics. Injected as the all-reduce itself."""
+    params = small_params(0)
+    sync = ParamSync(params, world_size=2)
+    before = flat(params)
+
+    def peer_adds(change):
+        def reduce(buf):
+            buf.mul_(2)  # the peer's own share, as a real sum over two nodes
+            change(buf)
+        return reduce
+
+    crafted = {
+        "stop vote 7": lambda buf: buf[sync.numel].fill_(7.0),
+        "negative limb": lambda buf: buf[sync.numel + 1].fill_(-1.0),
+        "fractional limb": lambda buf: buf[sync.numel + 2].add_(0.5),
+        "NaN weight change": lambda buf: buf[3].fill_(float("nan")),
+        "inf weight change": lambda buf: buf[sync.numel - 1].fill_(float("inf")),
+    }
+    for name, change in crafted.items():
+        with pytest.raises(PeerDataError, match="which no node of this run sends"):
+            sync.round(stop_vote=False, steps=5, reduce=peer_adds(change))
+        assert torch.equal(flat(params), before), name
+    result = sync.round(stop_vote=False, steps=5, reduce=peer_adds(lambda buf: None))  # an honest round still works
+    assert result.steps == 10 and not result.stop
+
+    mean, var, count = torch.zeros(3), torch.ones(3), torch.tensor(10.0)
+    moments = MomentsSync([(mean, var, count)])
+    with pytest.raises(PeerDataError, match="NaN, inf or a negative count"):
+        moments.round(reduce=lambda buf: buf[0].fill_(-50.0))
+    with pytest.raises(PeerDataError, match="NaN, inf or a negative count"):
+        moments.round(reduce=lambda buf: buf[2].fill_(float("nan")))
+    assert torch.equal(mean, torch.zeros(3)) and torch.equal(var, torch.ones(3)) and float(count) == 10.0
 
 
 @pytest.mark.timeout(90)
