@@ -197,6 +197,18 @@ def test_a_config_file_that_is_binary_or_too_deep_is_one_line(tmp_path, capsys, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("name, content, expected", [
+    ("config.json", "[" * 100_000, "config.json: not readable JSON (nested too deeply to read)"),
+    ("progress.csv", "time_s,global_step\nabc,1\n", "column 'time_s' holds text where numbers belong ('abc')"),
+    ("eval.csv", "a,b\n1,2\n", "eval.csv: has no time_s, global_step column"),
+])
+def test_plot_of_a_damaged_run_is_one_line(run_copy, tmp_path, name, content, expected):
+    (run_copy / name).write_text(content)
+    done = cli("hogwild_a3c.plot", run_copy, "--out", tmp_path / "curves.png")
+    assert done.returncode == 2 and len(error_lines(done)) == 1, done.stderr
+    assert expected in done.stderr and not (tmp_path / "curves.png").exists()
+
+
 def test_resume_imports_no_module_that_only_the_run_dir_names(run_copy, tmp_path):
     """A run dir someone sent names `evilmod:CartPole-v1`: --resume refuses it in one line and
     imports nothing; naming the module on the command line is the user's consent."""

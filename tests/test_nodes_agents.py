@@ -159,6 +159,10 @@ def test_a_lost_machine_leaves_the_survivor_training_and_rejoins(tmp_path):
         assert node_sessions[-1]["exit_code"] == 0 and node_sessions[-1]["global_step_end"] >= steps
     starts = [s["global_step_start"] for s in a_sessions]
     assert starts == sorted(starts)  # the survivor's global step never went back
+    # b came back with its own older checkpoint and started where the nodes agreed: the survivor's step
+    rejoined = b_sessions[-1]
+    assert rejoined["global_step_restored"] < rejoined["global_step_start"], rejoined
+    assert rejoined["global_step_start"] >= a_sessions[-2]["global_step_end"] - 100_000
     assert not any("already holds files" in p.read_text() for p in logs)
 
 
