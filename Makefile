@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

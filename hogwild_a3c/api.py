@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,28 +21,19 @@ import numpy as np
 import torch
 
 from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint, step_problem
-from .config import Config, config_from_dict, flag_name, typed_values
+from .config import OLD_FIELD_NAMES, Config, config_from_dict, flag_name, typed_values, with_current_names
 from .envs import EnvInfo, EnvSpecError, Frame42, describe_env, env_options, is_atari, make_env
 from .model import ActorCritic, State, build_model, model_size_problem, sample_actions
+from .session import TrainResult
 
-
-@dataclass(frozen=True)
-class TrainResult:
-    run_dir: Path
-    exit_code: int  # as the command's: 0 budget or target, 1 failure, 130/143 interrupted
-    ended: str  # meta.json's reason: "max_steps", "target_return", "interrupted (SIGINT)", "failed: ..."
-    global_step: int
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0
+__all__ = ["Policy", "PolicyError", "TrainResult", "evaluate", "load_policy", "resolve_config", "train"]
 
 
 def _given(config: Config | str | Path | None, progress: bool | None, settings: dict[str, Any]) -> dict[str, Any]:
     """The settings the caller gave, typed as `Config`'s fields, as the command line's parser
     hands them on: a `Config` gives every one of its fields, keywords override it."""
     names = {f.name for f in dataclasses.fields(Config)}
-    unknown = sorted(set(settings) - names)
+    unknown = sorted(set(settings) - names - set(OLD_FIELD_NAMES))
     if unknown:
         raise ValueError(
             f"unknown setting(s) {', '.join(unknown)}; the settings are Config's fields: {', '.join(sorted(names))}"
@@ -61,10 +51,11 @@ def _given(config: Config | str | Path | None, progress: bool | None, settings: 
         raise ValueError(
             f"config must be a Config or the path of a JSON file of settings (got {type(config).__name__})"
         )
+    if progress is not None and "no_progress" in settings:
+        raise ValueError("give progress= or no_progress=, not both")
+    settings = with_current_names(settings)  # no_progress=True, the earlier name, still works
     if progress is not None:
-        if "no_progress" in settings:
-            raise ValueError("give progress= or no_progress=, not both")
-        given["no_progress"] = not progress
+        given["progress"] = progress
     given.update(settings)
     # What argparse would have turned into strings: paths, and env_kwargs as a mapping.
     for name in ("run_dir", "config"):
@@ -93,17 +84,21 @@ def _as_argv(given: dict[str, Any]) -> list[str]:
 
 
 def train(config: Config | str | Path | None = None, *, resume: str | Path | None = None,
-          progress: bool | None = None, **settings: Any) -> TrainResult:
+          progress: bool | None = None, callbacks: list[Any] | None = None, **settings: Any) -> TrainResult:
     """Train as the command line does, with `Config` fields as keywords, e.g.
     `train(env="CartPole-v1", max_steps=100_000, progress=False)`. What is not given comes from
     the env's preset, as on the command line. `config` may be a `Config`, run as it is, every
     field of it (start from `resolve_config(...)` to keep a preset's values), or a JSON file of
     settings (`--config`); keywords override it. `resume=RUN_DIR` continues a run (then give
-    only what may change). Bad settings raise `ValueError`, one line per problem."""
+    only what may change). `callbacks`: objects with any of `hogwild_a3c.Callback`'s methods,
+    called in this process (see callbacks.py). Bad settings raise `ValueError`, one line per problem."""
+    from .callbacks import check_callbacks
     from .rundir import ConfigError
-    from .training import prepare_given, run_training
+    from .session import Session
+    from .training import prepare_given
 
     _refuse_in_a_spawned_child()
+    hooked = check_callbacks(callbacks)
     if resume is not None and not isinstance(resume, (str, os.PathLike)):
         raise ValueError(f"resume must be a run directory, as a str or a Path (got {type(resume).__name__})")
     given = _given(config, progress, settings)
@@ -112,11 +107,7 @@ def train(config: Config | str | Path | None = None, *, resume: str | Path | Non
     except ConfigError as exc:
         raise ValueError("\n".join(exc.errors)) from None
     argv = _as_argv(given) + (["--resume", str(resume)] if resume is not None else [])
-    try:
-        code = run_training(prepared, argv)
-    finally:
-        prepared.lock.release()
-    return TrainResult(prepared.run_dir, code, prepared.ended or "failed", prepared.global_step_end)
+    return Session(prepared, argv, hooked).run()
 
 
 def resolve_config(config: Config | str | Path | None = None, *, progress: bool | None = None,

@@ -15,6 +15,7 @@ import math
 import numbers
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,7 +129,8 @@ class Config:
     checkpoint_interval: float = _run(300.0, "seconds between checkpoints/latest.pt saves")
     keep_checkpoints: int = _run(3, "numbered checkpoints kept besides latest.pt and best.pt")
     run_dir: str | None = _opt(None, "run directory (default: runs/<env>/<timestamp>-s<seed>)", experiment=False)
-    no_progress: bool = _run(False, "no tqdm progress bar (logs still go to the run directory)")
+    progress: bool = _run(True, "the tqdm progress bar (--no-progress: none; logs still go to the run directory)",
+                          negatable=True)
     tensorboard: bool = _run(False, "also write TensorBoard event files (needs the `tensorboard` extra)")
     wandb: bool = _run(False, "also log to Weights & Biases (needs the `wandb` extra): offline into the run directory "
                               "unless WANDB_MODE says otherwise; `wandb sync` uploads it later")
@@ -222,6 +224,22 @@ def typed_values(values: dict[str, Any], where: str) -> tuple[dict[str, Any], li
 BEFORE_THE_FIELD_EXISTED = {"lstm_forget_bias": 0.0}
 
 
+# Fields saved (or passed from Python) under an earlier name: (its name now, how its value converts).
+OLD_FIELD_NAMES: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "no_progress": ("progress", lambda value: not value if isinstance(value, bool) else value),
+}
+
+
+def with_current_names(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with any setting of an earlier name under its name now (a name now wins)."""
+    renamed = dict(values)
+    for old, (new, convert) in OLD_FIELD_NAMES.items():
+        if old in renamed:
+            value = renamed.pop(old)
+            renamed.setdefault(new, convert(value))
+    return renamed
+
+
 def config_from_dict(data: Any, source: str) -> Config:
     """A saved config back as a `Config`, checked like the command line; raises ValueError with
     one line per problem, each naming `source`. A field missing from the file takes its default
@@ -230,6 +248,7 @@ def config_from_dict(data: Any, source: str) -> Config:
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected a JSON object of settings, found {type(data).__name__}")
     errors = []
+    data = with_current_names(data)
     for f in dataclasses.fields(Config):
         if f.name not in data and f.metadata["required_when_saved"]:
             errors.append(f"{source}: missing setting '{f.name}'")
@@ -278,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
             negatable = kwargs.pop("negatable", False)
             action = argparse.BooleanOptionalAction if negatable else "store_true"
             group.add_argument(flag_name(f.name), action=action,
-                               help=help_text + (" (default: from the preset)" if negatable else ""))
+                               help=help_text + (" (default: from the preset)" if f.name in PRESET_FIELDS else ""))
             continue
         type_, _ = _base_type(f)
         type_ = str if type_ is dict else type_

@@ -1,7 +1,7 @@
 """Several machines: who this node is, where it writes, and the syncer child's entry point.
 
-A multi-node run is started by `torchrun` on every machine (see the README's "Beyond one
-machine"); torchrun tells each main process its place through the environment (WORLD_SIZE,
+A multi-node run is started by `torchrun` on every machine (see the README's "Several
+machines"); torchrun tells each main process its place through the environment (WORLD_SIZE,
 RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Each node runs the single-machine trainer on its
 own shared model, plus one more child, the syncer (`syncer.py`), which owns the process group
 and keeps the nodes' models in step. Each node writes a whole run directory of its own,

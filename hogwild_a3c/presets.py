@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .config import FIELD_TYPES, PRESET_FIELDS, RENAMED, Config, typed_values
+from .config import FIELD_TYPES, PRESET_FIELDS, RENAMED, Config, typed_values, with_current_names
 from .files import read_json_data
 
 PRESET_DIR = Path(__file__).resolve().parent / "presets"
@@ -101,7 +101,7 @@ def read_config_file(path: str) -> tuple[dict[str, Any], list[str]]:
     """A user's `--config FILE`: any setting but `config` itself; keys may use - or _."""
     where = f"--config {path}"
     data, errors = _read_json(Path(path), where)
-    data = {str(k).replace("-", "_"): v for k, v in data.items()}
+    data = with_current_names({str(k).replace("-", "_"): v for k, v in data.items()})
     allowed = set(FIELD_TYPES) - {"config"}
     values, value_errors = _check_values({k: v for k, v in data.items() if k != "about"}, allowed, where)
     return values, errors + value_errors

@@ -134,14 +134,13 @@ def _append(path: Path, text: str) -> None:
 
 class Recorder:
     """Writes the run's files; a write that fails is never raised to the caller: the first one
-    is passed to `on_write_failure` (the training loop stops the run on it), the rest are
-    dropped, and errors.log lines that could not be written are tried again at the end."""
+    is kept as `write_failure` (the session's loop stops the run on it), the rest are dropped,
+    and errors.log lines that could not be written are tried again at the end."""
 
     def __init__(self, run_dir: Path, cfg: Config, meta: dict[str, Any] | None, argv: list[str],
                  session: int, global_step: int, node: dict[str, Any] | None = None):
         self.run_dir = run_dir
         self.write_failure: str | None = None
-        self.on_write_failure: Callable[[str], None] = lambda message: None
         self.detached: str | None = None
         self._unwritten_errors: list[str] = []
         self.csv: dict[str, CsvLog] = {}
@@ -227,9 +226,8 @@ class Recorder:
         return None
 
     def _failed(self, message: str) -> None:
-        if self.write_failure is None:  # set first: the callback writes to errors.log, which may fail too
+        if self.write_failure is None:  # the first is the one the session stops on (it reads it each period)
             self.write_failure = message
-            self.on_write_failure(message)
 
     def detach(self, reason: str) -> None:
         """The run directory went away: write nothing more there (writing would recreate parts of it)."""

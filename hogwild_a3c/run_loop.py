@@ -1,9 +1,12 @@
-"""The main process's jobs while a run is on, as one object: deliver what the children report,
-write progress rows, checkpoint, watch the run directory, and shut down in order.
+"""The main process's jobs while a run is on, as one object: hand on what the children and the
+supervisor report, write progress rows, checkpoint, watch the run directory, call the user's
+callbacks, and shut down in order.
 
-`training.run_training` builds the pieces (shared state, recorder, stop policy, children) and
-hands them to a `RunLoop`; the loop holds no process of its own, so each job can be tested with
-a real `SharedState` and `Recorder` and no child at all (tests/test_run_loop.py).
+`session.Session` builds the pieces (shared state, recorder, stop policy, children, callbacks)
+and hands them to a `RunLoop`; the loop holds no process of its own, so each job can be tested
+with a real `SharedState` and `Recorder` and stand-in children (tests/test_run_loop.py). Nothing
+calls back into it: the children's reports and the supervisor's events are read each period,
+and so is the recorder's first failed write.
 """
 from __future__ import annotations
 
@@ -16,15 +19,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from .callbacks import Callbacks, Evaluation
 from .checkpoint import CheckpointError, Progress, save_checkpoint, training_payload
 from .config import Config
 from .files import DirectoryWatch
-from .messages import ChildRaised, EpisodeEnded, Evaluated, Message, SyncRefused, WriteFailed
+from .messages import ChildRaised, EpisodeEnded, Evaluated, SyncRefused, WriteFailed
 from .process import CpuShare, rss_mb
 from .recorder import Recorder
 from .shared import STAT, SharedState
 from .stop_policy import EXIT_FAILED, StopPolicy
-from .supervisor import Hooks
+from .supervisor import Children, Event, MustStop, PidsChanged, Said
 
 COUNTERS = ("updates", "skipped_updates", "env_errors", "worker_restarts")
 RUN_DIR_CHECK_S = 1.0  # how often the loop makes sure the run directory is still there
@@ -55,11 +59,20 @@ class Clock:
         return (time.time() if wall_time is None else wall_time) - self.origin
 
 
+# Each kind of event, the children's reports and the supervisor's own, and the method that takes
+# it: names, not bound methods, so that the loop holds no reference to itself and is freed (its
+# shared memory and pipes with it) as soon as its session ends.
+HANDLERS: dict[type, str] = {
+    EpisodeEnded: "_episode", Evaluated: "_evaluated", ChildRaised: "_raised", WriteFailed: "_write_failed",
+    SyncRefused: "_refused", Said: "_said", MustStop: "_must_stop", PidsChanged: "_pids_changed",
+}
+
+
 class RunLoop:
     """One session of a run, from the first child started to the last file closed."""
 
     def __init__(self, cfg: Config, run_dir: Path, shared: SharedState, recorder: Recorder, policy: StopPolicy,
-                 before: Progress, session: int):
+                 before: Progress, session: int, children: Children, callbacks: Callbacks | None = None):
         self.cfg, self.run_dir, self.shared, self.recorder, self.policy = cfg, run_dir, shared, recorder, policy
         self.session = session
         self.clock = Clock(before.elapsed_s)
@@ -71,44 +84,61 @@ class RunLoop:
         self.cpu_share = CpuShare()
         self.warned_dead_lstm = False
         self.files_failure: str | None = None
-        self.children: Any = None  # set by run_training once the supervisor has made them
+        self.children = children
+        self.callbacks = callbacks or Callbacks([], stop=lambda line: None, failed=lambda line: None)
         self.watch = DirectoryWatch(run_dir)
         self.bar: Any = None
-        recorder.on_write_failure = self.files_failed
-
-    def hooks(self) -> Hooks:
-        """What the supervisor may call back."""
-        return Hooks(log=self.recorder.log, error=self.recorder.error, fail=self.policy.fail,
-                     pids_changed=self.recorder.child_pids, best_return=lambda: self.best, deliver=self.deliver)
 
     # -- the jobs -------------------------------------------------------------------------------
 
-    def deliver(self, messages: list[Message]) -> None:
-        recorder, clock = self.recorder, self.clock
-        for message in messages:
-            if isinstance(message, EpisodeEnded):
-                recorder.episode(clock.time_s(message.wall_time), message.global_step, message.rank,
-                                 message.episode_return, message.length)
-            elif isinstance(message, Evaluated):
-                recorder.evaluation(clock.time_s(message.wall_time), message.global_step, message.episodes,
-                                    message.mean_return)
-                self.latest_eval = message.mean_return
-                self.best = max(self.best, message.mean_return)
-                self.policy.on_evaluation([r for r, _ in message.episodes])
-                if message.lstm is not None and message.lstm.dead and not self.warned_dead_lstm:
-                    self.warned_dead_lstm = True  # once: the run goes on, the user decides
-                    recorder.log(message.lstm.warning(message.global_step))
-            elif isinstance(message, ChildRaised):
-                recorder.error(f"{message.role} {message.rank} raised {message.summary}\n{message.traceback}")
-            elif isinstance(message, WriteFailed):
-                self.files_failed(message.message)
-            elif isinstance(message, SyncRefused):
-                self.policy.refuse(message.message)
+    def handle(self, events: list[Event]) -> None:
+        for event in events:
+            getattr(self, HANDLERS[type(event)])(event)
+        self.check_writes()
+
+    def _raised(self, message: ChildRaised) -> None:
+        self.recorder.error(f"{message.role} {message.rank} raised {message.summary}\n{message.traceback}")
+
+    def _write_failed(self, message: WriteFailed) -> None:
+        self.files_failed(message.message)
+
+    def _refused(self, message: SyncRefused) -> None:
+        self.policy.refuse(message.message)
+
+    def _said(self, event: Said) -> None:
+        (self.recorder.error if event.error else self.recorder.log)(event.text)
+
+    def _must_stop(self, event: MustStop) -> None:
+        self.policy.fail(event.reason)
+
+    def _pids_changed(self, event: PidsChanged) -> None:
+        self.recorder.child_pids(event.pids)
+
+    def _episode(self, message: EpisodeEnded) -> None:
+        self.recorder.episode(self.clock.time_s(message.wall_time), message.global_step, message.rank,
+                              message.episode_return, message.length)
+
+    def _evaluated(self, message: Evaluated) -> None:
+        self.recorder.evaluation(self.clock.time_s(message.wall_time), message.global_step, message.episodes,
+                                 message.mean_return)
+        self.latest_eval = message.mean_return
+        self.best = max(self.best, message.mean_return)
+        self.policy.on_evaluation([r for r, _ in message.episodes])
+        if message.lstm is not None and message.lstm.dead and not self.warned_dead_lstm:
+            self.warned_dead_lstm = True  # once: the run goes on, the user decides
+            self.recorder.log(message.lstm.warning(message.global_step))
+        self.callbacks.call("on_evaluation", Evaluation(message.global_step, tuple(r for r, _ in message.episodes),
+                                                        message.mean_return))
+
+    def check_writes(self) -> None:
+        """The recorder keeps its first failed write; the run stops on it."""
+        if self.recorder.write_failure is not None:
+            self.files_failed(self.recorder.write_failure)
 
     def counters(self) -> dict[str, int]:
         stats = self.shared.worker_stats
         found = {name: int(stats[:, STAT[name]].sum()) for name in COUNTERS if name in STAT}
-        found["worker_restarts"] = 0 if self.children is None else self.children.restarts
+        found["worker_restarts"] = self.children.restarts
         return {name: self.base_counters[name] + found[name] for name in COUNTERS}
 
     def write_progress(self) -> None:
@@ -120,13 +150,13 @@ class RunLoop:
         active = stats[stats[:, STAT["updates"]] > 0]
         means = {name: float(active[:, STAT[name]].mean()) if len(active) else float("nan")
                  for name in ("policy_loss", "value_loss", "entropy", "grad_norm")}
-        workers = self.children.worker_pids() if self.children is not None else []
+        workers = self.children.worker_pids()
         rss = [rss_mb(pid) for pid in workers]
-        evaluator = self.children.evaluator_pid() if self.children is not None else None
-        eval_share = self.cpu_share.sample(workers, evaluator)
-        self.recorder.progress(time_s=self.clock.time_s(), global_step=step, steps_per_s=self.rate, **means,
-                               **self.counters(), worker_rss_mb=float(np.mean(rss)) if rss else float("nan"),
-                               eval_cpu_share=eval_share)
+        eval_share = self.cpu_share.sample(workers, self.children.evaluator_pid())
+        row = dict(time_s=self.clock.time_s(), global_step=step, steps_per_s=self.rate, **means, **self.counters(),
+                   worker_rss_mb=float(np.mean(rss)) if rss else float("nan"), eval_cpu_share=eval_share)
+        self.recorder.progress(**row)
+        self.callbacks.call("on_progress", row)
         if not self.policy.stopping:
             self.policy.check_weights(self.shared.snapshot_weights())
             self.policy.check_learning(self.shared.worker_stats)
@@ -141,11 +171,13 @@ class RunLoop:
         progress = Progress(self.shared.global_step(), self.clock.time_s(), self.session, self.best, self.counters())
         try:
             payload = training_payload(weights, self.shared, self.cfg, progress)
-            return save_checkpoint(self.run_dir / "checkpoints", payload, progress.global_step,
+            path = save_checkpoint(self.run_dir / "checkpoints", payload, progress.global_step,
                                    self.cfg.keep_checkpoints)
         except CheckpointError as exc:
             self.files_failed(str(exc))
             return None
+        self.callbacks.call("on_checkpoint", path)
+        return path
 
     def files_failed(self, message: str) -> None:
         """The run's files cannot be written (a full disk, a read-only or vanished run directory):
@@ -179,7 +211,7 @@ class RunLoop:
     def run(self) -> None:
         """Start the children and supervise them until the stop policy says the run is over."""
         cfg, shared, policy, children = self.cfg, self.shared, self.policy, self.children
-        if not cfg.no_progress:
+        if cfg.progress:
             from tqdm import tqdm
 
             self.bar = tqdm(total=cfg.max_steps, initial=shared.global_step(), unit="step", unit_scale=True,
@@ -190,13 +222,14 @@ class RunLoop:
         policy.check_budgets(shared.global_step(), self.clock.time_s())
         if not policy.stopping:
             restored = shared.global_step()
-            children.start()
+            children.start(self.best)
             if shared.sync is not None and shared.global_step() != restored:  # the nodes agreed on another start
                 self.recorder.sync_start(shared.global_step(), restored)
+            self.handle(children.events())
         while not policy.stopping:
             children.advance()
-            self.deliver(children.messages())
-            children.check()
+            children.check(self.best)
+            self.handle(children.events())
             if shared.stop_requested() and not policy.stopping:  # multi-node: another node's stop vote
                 policy.stop("stopped with the other nodes (a budget, target or stop on one of them)")
             for task in periodic:
@@ -210,15 +243,16 @@ class RunLoop:
         policy, recorder = self.policy, self.recorder
         if not policy.stopping:
             policy.stop("stopped")
-        steps: list[Callable[[], None]] = [self.check_run_dir, self.write_progress, self._final_checkpoint,
-                                           lambda: recorder.end_session(policy.reason or "stopped", policy.exit_code,
-                                                                        self.shared.global_step(), self.clock.time_s()),
-                                           recorder.close]
-        if self.children is not None:
-            steps.insert(0, lambda: self.children.stop(self.deliver, lambda: policy.fast))
+        steps: list[Callable[[], None]] = [
+            lambda: self.children.stop(lambda: policy.fast), lambda: self.handle(self.children.events()),
+            self.check_run_dir, self.write_progress, self._final_checkpoint,
+            lambda: recorder.end_session(policy.reason or "stopped", policy.exit_code, self.shared.global_step(),
+                                         self.clock.time_s()),
+            recorder.close]
         for step in steps:
             try:
                 step()
+                self.check_writes()
             except Exception as exc:  # noqa: BLE001
                 policy.exit_code = policy.exit_code or EXIT_FAILED
                 message = f"during shutdown: {type(exc).__name__}: {exc}"
@@ -227,11 +261,6 @@ class RunLoop:
                 except Exception:  # noqa: BLE001 - the recorder itself may be what failed
                     print(message, file=sys.stderr)
         self.watch.close()
-        # The recorder and the children point back at this loop (their callbacks): without
-        # breaking both cycles the run's shared memory and pipes would live on until the garbage
-        # collector finds them.
-        recorder.on_write_failure = _ignore
-        self.children = None
         if self.bar is not None:
             self.bar.close()
 
@@ -248,6 +277,3 @@ class RunLoop:
 def _gone(problem: str) -> str:
     return f"{problem}; stopping without writing anything more there"
 
-
-def _ignore(_message: str) -> None:
-    pass

@@ -60,6 +60,12 @@ class StopPolicy:
             self.reason = None
         self.stop(f"failed: {message}", EXIT_FAILED)
 
+    def stop_by_callback(self, line: str, ended: str) -> None:
+        """A user's callback asked to stop (returned False, or raised): a clean stop, exit 0."""
+        if not self.stopping:
+            self._log(f"stopping: {line}")
+        self.stop(ended, EXIT_OK)
+
     def refuse(self, message: str) -> None:
         """A multi-node start refused (a peer without the token, other settings, a forged claim):
         stop saved with exit 0. It is not a failure that a restart mends, and any other status

@@ -3,8 +3,10 @@ the restart policy, and stops them.
 
 `ProcessChildren` runs the workers and the evaluator as processes; `InProcessChildren` runs one
 worker and the evaluator inside the main process (serial mode: exactly repeatable, debuggable
-with pdb). The training loop in `training.py` drives either through the same methods:
-`start`, `advance`, `messages`, `check`, `stop`, `worker_pids`, `evaluator_pid`.
+with pdb). The session's loop (`run_loop.py`) drives either through the same methods: `start`,
+`advance`, `events`, `check`, `stop`, `worker_pids`, `evaluator_pid`. What the supervisor has to
+say (a restart, a stall, a child that died for good) it reports as events (`Said`, `MustStop`,
+`PidsChanged`) beside the children's own reports; it holds no reference to the session.
 
 Restart policy: a dead worker stops the run, unless `--max-worker-restarts` allows restarting it
 (it keeps its step counter and optimizer statistics, which live in shared memory). A dead evaluator
@@ -19,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, cast
+from typing import Any, Union, cast
 
 from .config import Config
 from .envs import EnvInfo
@@ -68,30 +70,53 @@ class RestartBudget:
         return True
 
 
-@dataclass
-class Hooks:
-    """What the supervisor tells the rest of the main process."""
+# -- what the supervisor reports: events, read by the session with the children's reports --------
 
-    log: Callable[[str], None]
-    error: Callable[[str], None]  # recorded in errors.log as well
-    fail: Callable[[str], None]  # the run must stop
-    pids_changed: Callable[[dict[str, int]], None]
-    best_return: Callable[[], float]  # for a (re)started evaluator
-    deliver: Callable[[list[Message]], None]  # reports read from children
+@dataclass(frozen=True)
+class Said:
+    """A line for train.log (`error`: for errors.log too)."""
+
+    text: str
+    error: bool = False
+
+
+@dataclass(frozen=True)
+class MustStop:
+    """A child died beyond the restart policy, or the nodes could not start: the run must stop."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class PidsChanged:
+    pids: dict[str, int]
+
+
+Event = Message | Said | MustStop | PidsChanged
 
 
 @dataclass
 class _Children:
-    """What both kinds of children are started from."""
+    """What both kinds of children are started from. The supervisor never calls back into the
+    session: what it has to say queues up as events, which `events()` hands over, after the
+    children's own reports of the same period."""
 
     cfg: Config
     env_info: EnvInfo
     shared: SharedState
     run_dir: str
     session: int
-    hooks: Hooks
     node: Any = None  # multi-node: this node (`nodes.Node`), else None
     progress: int = 0  # the global step this session starts from (the syncer's start offer)
+    best_return: float = float("-inf")  # for a (re)started evaluator: the best so far, given by `start`/`check`
+    _queued: list[Event] = field(default_factory=list, init=False, repr=False)
+
+    def _say(self, event: Event) -> None:
+        self._queued.append(event)
+
+    def _drain(self) -> list[Event]:
+        events, self._queued = self._queued, []
+        return events
 
 
 @dataclass
@@ -110,7 +135,8 @@ class ProcessChildren(_Children):
 
     # -- starting -----------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, best_return: float = float("-inf")) -> None:
+        self.best_return = best_return
         one_thread_per_child()
         if self.node is not None and not self._start_syncer():
             return
@@ -151,16 +177,16 @@ class ProcessChildren(_Children):
             # The syncer says why in its last report as it exits: read it now, so the run records
             # the refusal or the failure itself and not a start that timed out.
             process.join(10)
-            self.hooks.deliver(self.children[-1].reports.read())
+            self._queued.extend(self.children[-1].reports.read())
             return False  # a refusal stopped the run through its report; a failure is reported by `check`
         if state == STARTING:
             if process.is_alive() and not self.shared.stop_requested():
-                self.hooks.fail(f"the nodes did not agree on a start within {self.cfg.sync_timeout + 30:g} s "
-                                "(are all of them started, with the same rendezvous?)")
+                self._say(MustStop(f"the nodes did not agree on a start within {self.cfg.sync_timeout + 30:g} s "
+                                   "(are all of them started, with the same rendezvous?)"))
             return False  # a dead syncer is reported by `check`
-        self.hooks.log(f"node {self.node.name} (rank {self.node.rank} of {self.node.world_size}) synced: starting "
+        self._say(Said(f"node {self.node.name} (rank {self.node.rank} of {self.node.world_size}) synced: starting "
                        f"from rank {int(self.shared.sync.source_rank[0])}'s weights "
-                       f"at global step {self.shared.global_step()}")
+                       f"at global step {self.shared.global_step()}"))
         return True
 
     def _spawn(self, role: Role, rank: int) -> Child:
@@ -176,7 +202,7 @@ class ProcessChildren(_Children):
         else:
             seed = evaluator_seed(self.cfg.seed, self.session)
             target = evaluator_main
-            args = (self.cfg, self.env_info, links, self.run_dir, self.hooks.best_return(), seed, parent)
+            args = (self.cfg, self.env_info, links, self.run_dir, self.best_return, seed, parent)
             slot = self.shared.evaluator_slot
         # The stall clock of this slot starts only when the child says it is ready.
         self.shared.heartbeats[slot] = NOT_READY
@@ -188,15 +214,17 @@ class ProcessChildren(_Children):
         return Child(role, rank, process, reader, slot)
 
     def _publish_pids(self) -> None:
-        self.hooks.pids_changed({child.name: child.process.pid for child in self.children})
+        self._say(PidsChanged({child.name: child.process.pid for child in self.children}))
 
     # -- each period --------------------------------------------------------------------------
 
     def advance(self) -> None:
         time.sleep(SUPERVISE_PERIOD_S)
 
-    def messages(self) -> list[Message]:
-        return [message for child in self.children for message in child.reports.read()]
+    def events(self) -> list[Event]:
+        """The children's reports, then what the supervisor queued since the last call."""
+        reports: list[Event] = [message for child in self.children for message in child.reports.read()]
+        return reports + self._drain()
 
     def worker_pids(self) -> list[int]:
         if self.stopping:  # stopped children are released; their Process objects are closed
@@ -208,15 +236,16 @@ class ProcessChildren(_Children):
             return None
         return next((c.process.pid for c in self.children if c.role is Role.EVALUATOR and c.process.is_alive()), None)
 
-    def check(self) -> None:
+    def check(self, best_return: float = float("-inf")) -> None:
         """Deaths first (a dead child's last reports are read before it is judged), then stalls."""
+        self.best_return = best_return
         if self.stopping:  # children exiting now are doing what they were told, not failing
             return
         for i, child in enumerate(self.children):
             code = child.process.exitcode
             if code is None:
                 continue
-            self.hooks.deliver(child.reports.read())  # its traceback, if it sent one before dying
+            self._queued.extend(child.reports.read())  # its traceback, if it sent one before dying
             how = f"was killed by signal {-code}" if code < 0 else f"exited with status {code}"
             budget = self.worker_restarts if child.role is Role.WORKER else self.evaluator_restarts
             if child.role is Role.SYNCER:
@@ -224,15 +253,15 @@ class ProcessChildren(_Children):
                     continue
                 # No restart here: the other nodes see the failure too, and torchrun restarts
                 # every node's trainer into a new rendezvous (each resumes its own directory).
-                self.hooks.fail(f"syncer {how}: the sync between nodes failed")
+                self._say(MustStop(f"syncer {how}: the sync between nodes failed"))
                 return
             if budget.take():
-                self.hooks.log(f"{child.name} {how}; restarting it ({budget.used}/{budget.allowed})")
+                self._say(Said(f"{child.name} {how}; restarting it ({budget.used}/{budget.allowed})"))
                 self._release(child)
                 self.children[i] = self._spawn(child.role, child.rank)
                 self._publish_pids()
             else:
-                self.hooks.fail(f"{child.name} {how}")
+                self._say(MustStop(f"{child.name} {how}"))
                 return
         self._check_stalls()
 
@@ -248,10 +277,11 @@ class ProcessChildren(_Children):
             silent = now - beat
             if silent > timeout and not child.stalled:
                 child.stalled = True
-                self.hooks.error(f"{child.name} stalled: no progress for {silent:.0f} s (--stall-timeout {timeout:g})")
+                self._say(Said(f"{child.name} stalled: no progress for {silent:.0f} s (--stall-timeout {timeout:g})",
+                               error=True))
             elif silent <= timeout and child.stalled:
                 child.stalled = False
-                self.hooks.log(f"{child.name} is making progress again")
+                self._say(Said(f"{child.name} is making progress again"))
 
     @property
     def restarts(self) -> int:
@@ -259,11 +289,11 @@ class ProcessChildren(_Children):
 
     # -- stopping -----------------------------------------------------------------------------
 
-    def stop(self, on_messages: Callable[[list[Message]], None], fast: Callable[[], bool]) -> None:
+    def stop(self, fast: Callable[[], bool]) -> None:
         """Ask every child to stop and wait for them; then kill (children ignore SIGTERM, see
-        `process.setup_child`). Nothing here
-        can block on a dead child: the stop request is a flag, reports are read without
-        blocking, and joins have timeouts."""
+        `process.setup_child`). Nothing here can block on a dead child: the stop request is a
+        flag, reports are read without blocking (and queued for `events()`), and joins have
+        timeouts. `fast()`: a second signal came, kill at once."""
         if self.stopping:
             return
         self.stopping = True
@@ -271,19 +301,23 @@ class ProcessChildren(_Children):
         deadline = time.monotonic() + JOIN_GRACE_S
         # Keep reading while waiting: a child blocked on a full report pipe cannot exit.
         while any(c.process.is_alive() for c in self.children) and time.monotonic() < deadline and not fast():
-            on_messages(self.messages())
+            self._read_reports()
             for child in self.children:
                 child.process.join(timeout=0.05)
         for child in self.children:
             if child.process.is_alive():
                 if not fast():
-                    self.hooks.log(f"{child.name} did not stop within {JOIN_GRACE_S:g} s; killing it")
+                    self._say(Said(f"{child.name} did not stop within {JOIN_GRACE_S:g} s; killing it"))
                 child.process.kill()
         for child in self.children:
             child.process.join(timeout=KILL_WAIT_S)
-        on_messages(self.messages())
+        self._read_reports()
         for child in self.children:
             self._release(child)
+
+    def _read_reports(self) -> None:
+        for child in self.children:
+            self._queued.extend(child.reports.read())
 
     @staticmethod
     def _release(child: Child) -> None:
@@ -299,7 +333,8 @@ class InProcessChildren(_Children):
 
     restarts: int = 0
 
-    def start(self) -> None:
+    def start(self, best_return: float = float("-inf")) -> None:
+        self.best_return = best_return
         self.reports = InProcessReports()
         links = InProcessLinkFactory(self.shared, self.reports)
         self.worker = Worker(0, self.cfg, self.env_info, links.worker_link(0),
@@ -307,9 +342,9 @@ class InProcessChildren(_Children):
         self.evaluator = None
         if self.cfg.eval_episodes > 0:
             self.evaluator = Evaluator(self.cfg, self.env_info, links.evaluator_link(), self.run_dir,
-                                       self.hooks.best_return(), evaluator_seed(self.cfg.seed, self.session))
+                                       self.best_return, evaluator_seed(self.cfg.seed, self.session))
         self.next_eval = time.monotonic() + self.cfg.eval_interval
-        self.hooks.pids_changed({})
+        self._say(PidsChanged({}))
 
     def advance(self) -> None:
         self.worker.run_rollout()
@@ -317,8 +352,9 @@ class InProcessChildren(_Children):
             self.evaluator.evaluate()
             self.next_eval = time.monotonic() + self.cfg.eval_interval
 
-    def messages(self) -> list[Message]:
-        return self.reports.read()
+    def events(self) -> list[Event]:
+        reports: list[Event] = list(self.reports.read()) if hasattr(self, "reports") else []
+        return reports + self._drain()
 
     def worker_pids(self) -> list[int]:
         return [os.getpid()]
@@ -326,21 +362,23 @@ class InProcessChildren(_Children):
     def evaluator_pid(self) -> int | None:
         return None  # it plays in this process, between rollouts: no share of its own to measure
 
-    def check(self) -> None:
+    def check(self, best_return: float = float("-inf")) -> None:
         pass  # an exception in this process reaches the training loop directly
 
-    def stop(self, on_messages: Callable[[list[Message]], None], fast: Callable[[], bool]) -> None:
+    def stop(self, fast: Callable[[], bool]) -> None:
         self.shared.request_stop()
         if not hasattr(self, "worker"):
             return
-        on_messages(self.messages())
         self.worker.close()
         if self.evaluator is not None:
             self.evaluator.close()
 
 
-def make_children(cfg: Config, env_info: EnvInfo, shared: SharedState, run_dir: str, session: int, hooks: Hooks,
-                  node: Any = None, progress: int = 0):
+Children = Union["ProcessChildren", "InProcessChildren"]
+
+
+def make_children(cfg: Config, env_info: EnvInfo, shared: SharedState, run_dir: str, session: int,
+                  node: Any = None, progress: int = 0) -> Children:
     if cfg.num_workers == 0:
-        return InProcessChildren(cfg, env_info, shared, run_dir, session, hooks)
-    return ProcessChildren(cfg, env_info, shared, run_dir, session, hooks, node=node, progress=progress)
+        return InProcessChildren(cfg, env_info, shared, run_dir, session)
+    return ProcessChildren(cfg, env_info, shared, run_dir, session, node=node, progress=progress)

@@ -35,7 +35,7 @@ weight changes and statistics for finiteness (`PeerDataError`).
 
 Start (`start_sync`): all_gather every node's progress (the global step it restored), each
 checked against this node's own bound (`nodes.max_claim` of its own budget: a claim more than
-10% above --max-steps is refused as forged or corrupt), pick the node with the most (lowest rank
+max(10%, 1M steps) above --max-steps is refused as forged or corrupt), pick the node with the most (lowest rank
 on ties; ranks change across elastic restarts, so it is not necessarily rank 0), broadcast its
 parameters, set shared and anchor to them; every node agrees that the global step starts at that
 node's progress.
@@ -385,25 +385,43 @@ class SyncStatus:
     state: torch.Tensor  # int64 [1]: STARTING, RUNNING (start done), STOPPED, FAILED
     source_rank: torch.Tensor  # int64 [1]: the rank whose weights the start broadcast took (-1 before)
     last_round: torch.Tensor  # float64 [3]: time.time() at the end of the last round, its seconds, all-reduce seconds
+    # int64 [1]: a sequence lock over (global_step, local_at_round), which one process writes and
+    # another reads: odd while a write is under way. Read apart, a reader could pair a round's new
+    # step with the last round's local count and see the step jump ahead (1457 for 1357, seen).
+    sequence: torch.Tensor
 
     @classmethod
     def create(cls) -> SyncStatus:
         def z(n=1, dtype=torch.int64):
             return torch.zeros(n, dtype=dtype).share_memory_()
 
-        status = cls(z(), z(), z(), z(), z(), z(3, torch.float64))
+        status = cls(z(), z(), z(), z(), z(), z(3, torch.float64), z())
         status.source_rank[0] = -1
         return status
 
+    def _write_step(self, global_step: int, local_seen: int) -> None:
+        self.sequence[0] += 1
+        self.global_step[0] = global_step
+        self.local_at_round[0] = local_seen
+        self.sequence[0] += 1
+
+    def agreed_step(self) -> tuple[int, int]:
+        """(global_step, local_at_round), written by the same round."""
+        while True:
+            before = int(self.sequence[0])
+            if before % 2 == 0:
+                pair = int(self.global_step[0]), int(self.local_at_round[0])
+                if int(self.sequence[0]) == before:
+                    return pair
+            time.sleep(0)  # a write takes microseconds: let the writer finish it
+
     def record_start(self, source: int, start_step: int, local_seen: int) -> None:
         self.source_rank[0] = source
-        self.global_step[0] = start_step
-        self.local_at_round[0] = local_seen
+        self._write_step(start_step, local_seen)
         self.state[0] = RUNNING
 
     def record_round(self, result: RoundResult, local_seen: int) -> None:
-        self.global_step[0] += result.steps
-        self.local_at_round[0] = local_seen
+        self._write_step(int(self.global_step[0]) + result.steps, local_seen)
         self.rounds[0] += 1
         self.last_round[0] = time.time()
         self.last_round[1] = result.seconds
@@ -412,7 +430,8 @@ class SyncStatus:
     def node_global_step(self, local_steps_now: int) -> int:
         """Best local estimate of the global step: the last agreed value plus this node's steps
         since (other nodes' steps since the last round arrive with the next round)."""
-        return int(self.global_step[0]) + local_steps_now - int(self.local_at_round[0])
+        global_step, local_at_round = self.agreed_step()
+        return global_step + local_steps_now - local_at_round
 
 
 def run_syncer(

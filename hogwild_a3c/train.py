@@ -2,8 +2,9 @@
 
 This module stays light so that Ctrl-C while the heavy modules import (torch alone takes a
 second or two) ends with one line and exit status 130 instead of a traceback. The main process
-itself is `training.py`. Exit status: 0 when a budget or the target was reached, 1 on a
-failure, 2 on bad input, 130 after SIGINT, 143 after SIGTERM.
+itself is `training.py` (the checks) and `session.py` (the run). Exit status: 0 when a budget or
+the target was reached (or a callback stopped it), 1 on a failure, 2 on bad input, 130 after
+SIGINT, 143 after SIGTERM.
 """
 from __future__ import annotations
 
@@ -27,14 +28,15 @@ def _train(argv: list[str] | None) -> tuple[int, bool]:
     # `_ssl` was seen here) or leave CPython's "unhandled KeyboardInterrupt" flag set.
     pressed: list[int] = []
     previous = signal.signal(signal.SIGINT, lambda signum, _frame: pressed.append(signum))
-    prepared = None
+    session = None
     try:
         from .logs import CsvSchemaError
         from .rundir import ConfigError
-        from .training import prepare, run_training
+        from .session import Session
+        from .training import prepare
 
         if not pressed:
-            prepared = prepare(argv)
+            session = Session(prepare(argv), argv)
     except ConfigError as exc:
         for line in exc.errors:
             print(f"error: {line}", file=sys.stderr)
@@ -42,21 +44,19 @@ def _train(argv: list[str] | None) -> tuple[int, bool]:
     finally:
         signal.signal(signal.SIGINT, previous)
     if pressed:
-        if prepared is not None:
-            prepared.lock.release()
+        if session is not None:
+            session.abandon()
         print("interrupted before training started; nothing was trained", file=sys.stderr)
         return EXIT_SIGINT, True
-    assert prepared is not None  # not pressed, so prepare() ran to its end
+    assert session is not None  # not pressed, so prepare() ran to its end
     try:
-        return run_training(prepared, argv), False
+        return session.run().exit_code, False  # the session releases the lock on every way out
     except CsvSchemaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE, False
-    except KeyboardInterrupt:  # before run_training put in its own handlers
+    except KeyboardInterrupt:  # before the session put in its own handlers
         print("interrupted before training started; nothing was trained", file=sys.stderr)
         return EXIT_SIGINT, False
-    finally:
-        prepared.lock.release()
 
 
 def command() -> None:

@@ -1,44 +1,28 @@
-"""The main process, wired: check the input, build the shared state, start the children, and
-supervise until the stop policy says the run is over; then stop the children, save and flush.
+"""Before a run: parse and check every setting, the env, the machine and the run directory, read
+what a resume needs, and take the directory's lock; all before anything is written and before
+any process starts. What runs next is `session.Session`.
 
 Each job lives in a module of its own: `rundir` (where the run lives, the lock, the saved
-config), `checkpoint` (the checkpoint format), `recorder` (CSV files, meta.json, logs),
-`supervisor` (children, restarts, stalls), `stop_policy` (when and why a run ends), `run_loop`
-(the session's loop: deliver reports, progress rows, checkpoints, shutdown). Serial and parallel
-runs go through the same loop; only the children differ (`supervisor.make_children`).
+config), `checkpoint` (the checkpoint format), `session` (the run, from these settings to its
+result), `run_loop` (the session's loop), `recorder` (CSV files, meta.json, logs), `supervisor`
+(children, restarts, stalls), `stop_policy` (when and why a run ends). Serial and parallel runs
+go through the same loop; only the children differ (`supervisor.make_children`).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
-import signal
 import sys
-import threading
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from .checkpoint import (
-    CheckpointError,
-    NoCheckpointError,
-    Progress,
-    check_training_payload,
-    load_latest,
-    restore_training,
-)
+from .checkpoint import CheckpointError, NoCheckpointError, check_training_payload, load_latest
 from .config import Config, build_parser
 from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env, env_options
-from .files import WriteError, remove_stale_temp_files, shown
-from .logs import last_time_s
 from .model import build_model, model_size_problem
 from .nodes import RUN_TOKEN, Node
-from .optim import LrSchedule
-from .process import flush_denormals
-from .recorder import KILLED, Recorder, close_dead_sessions
-from .run_loop import RunLoop
 from .rundir import (
     ConfigError,
     RunDirLock,
@@ -51,9 +35,6 @@ from .rundir import (
     resolve_new,
     resolve_resume,
 )
-from .shared import SharedState
-from .stop_policy import EXIT_FAILED, StopPolicy
-from .supervisor import make_children
 
 OVERSUBSCRIBED = 2  # workers per core beyond which a run is warned about
 
@@ -70,10 +51,6 @@ class Prepared:
     meta: dict | None = None
     checkpoint: Path | None = None  # the file `payload` was read from
     node: Node | None = None  # multi-node (under torchrun): this node
-    # How the run ended, set by run_training: the Python API's answer even when the run
-    # directory (and its meta.json) could no longer be read or written at the end.
-    ended: str | None = None
-    global_step_end: int = 0
 
 
 def _describe(cfg: Config) -> EnvInfo:
@@ -233,87 +210,3 @@ def prepare_given(args: dict[str, Any], resume_dir: str | None = None) -> Prepar
               "model (~400 MiB on Atari) and more workers than cores add memory and start-up time, not speed",
               file=sys.stderr)
     return prepared
-
-
-def _catch_signals(policy: StopPolicy, recorder: Recorder) -> dict[int, Any]:
-    """Ctrl-C and SIGTERM stop the run saved; the handlers they replace, to put back at the end.
-    Python delivers signals to the main thread only, so a run started from another thread (the
-    API from a GUI's or a server's thread) cannot catch them: it trains without, and says so."""
-    if threading.current_thread() is not threading.main_thread():
-        recorder.log("this run was started outside the main thread, where Python cannot catch Ctrl-C or SIGTERM: "
-                     "it ends at its budget or target, or when its process is stopped (then --resume continues it)")
-        return {}
-    return {sig: signal.signal(sig, lambda signum, _frame: policy.on_signal(signum))
-            for sig in (signal.SIGINT, signal.SIGTERM)}
-
-
-def run_training(prepared: Prepared, argv: list[str]) -> int:
-    """Train until the stop policy ends the run; returns the exit status."""
-    cfg, run_dir = prepared.cfg, prepared.run_dir
-    # One thread, like every child: serial mode's worker runs here (under load a multi-thread
-    # pool made a serial Acrobot run ~40x slower), and otherwise this process only supervises,
-    # where an idle pool spinning after each weight check takes CPU from the workers. Restored at
-    # the end: from Python (a notebook) this process is the user's.
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    denormals_flushed_before = flush_denormals()  # as in every child: serial mode learns here
-    torch.manual_seed(cfg.seed)
-    model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg)
-    schedule = LrSchedule(cfg.lr, cfg.lr_warmup_updates, cfg.lr_decay_steps)
-    shared = SharedState.create(model, max(1, cfg.num_workers or 0), cfg.optimizer, schedule)
-    if prepared.payload is not None:
-        before = restore_training(shared, prepared.payload)
-        session = before.session + 1
-    else:  # a new run, or a node rejoining without a checkpoint: its sessions so far still count
-        before, session = Progress(counters={}), len((prepared.meta or {}).get("sessions", []))
-    node = prepared.node
-    if node is not None:
-        # A node's global step never goes back (the sync takes the most progress), so neither
-        # does its clock: a node that comes back goes on from its last progress row, not from 0
-        # or from an older checkpoint.
-        before.elapsed_s = max(before.elapsed_s, last_time_s(run_dir / "progress.csv"))
-    if node is not None:
-        from .syncer import SyncStatus  # torch.distributed loads here, in multi-node runs only
-
-        shared.sync = SyncStatus.create()
-    restored_from = None if prepared.checkpoint is None else (before.global_step, prepared.checkpoint)
-    dead_sessions = [] if prepared.meta is None else close_dead_sessions(prepared.meta, run_dir, restored_from)
-    try:
-        recorder = Recorder(run_dir, cfg, prepared.meta, argv, session, shared.global_step(),
-                            node=None if node is None else dataclasses.asdict(node))
-    except WriteError as exc:  # nothing started yet: nothing to stop or save
-        torch.set_num_threads(threads_before)
-        flush_denormals(denormals_flushed_before)
-        print(f"run ended: failed: {exc} (nothing trained, exit {EXIT_FAILED})", file=sys.stderr)
-        prepared.ended, prepared.global_step_end = f"failed: {exc}", shared.global_step()
-        return EXIT_FAILED
-    policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log,
-                        under_torchrun=node is not None)
-    loop = RunLoop(cfg, run_dir, shared, recorder, policy, before, session)
-    for dead in dead_sessions:
-        # Its fields were read from a file: shown, so a crafted one cannot write a line of its own.
-        recorder.log(f"session {shown(dead.get('session'))} (pid {shown(dead.get('pid'))}) has no clean end in "
-                     f"meta.json: recorded it as {KILLED}, last known at global step {dead['global_step_end']} "
-                     f"({dead['global_step_end_from']})")
-    removed, kept = remove_stale_temp_files([run_dir, run_dir / "checkpoints"])
-    if removed:
-        recorder.log(f"removed {len(removed)} temp file(s) of saves cut short by a kill: "
-                     + ", ".join(path.name for path in removed))
-    for path in kept:
-        recorder.log(f"left {path}: its writer is still running, or it could not be removed")
-    previous = _catch_signals(policy, recorder)
-    try:
-        loop.children = make_children(cfg, prepared.env_info, shared, str(run_dir), session, loop.hooks(), node=node,
-                                      progress=shared.global_step())
-        loop.run()
-    except Exception as exc:  # noqa: BLE001 - the run must still stop cleanly and save
-        policy.fail(f"main process raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
-    finally:
-        loop.shut_down()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        torch.set_num_threads(threads_before)
-        flush_denormals(denormals_flushed_before)
-    print(f"run ended: {policy.reason} (global step {shared.global_step()}, exit {policy.exit_code})", file=sys.stderr)
-    prepared.ended, prepared.global_step_end = policy.reason, shared.global_step()
-    return policy.exit_code

@@ -20,7 +20,7 @@ from hogwild_a3c.envs import register_atari
 from hogwild_a3c.model import build_model
 from tests.helpers import REPO
 
-SMALL = dict(env="CartPole-v1", lstm_size=16, eval_episodes=0, no_progress=True)
+SMALL = dict(env="CartPole-v1", lstm_size=16, eval_episodes=0, progress=False)
 
 
 def test_train_from_python_then_resume_load_and_evaluate(tmp_path):
@@ -114,7 +114,7 @@ def test_false_turns_off_what_the_preset_turns_on(tmp_path):
                                max_steps=200, normalize_obs=False, run_dir=tmp_path / "run")
     assert result.ok
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
-    assert saved["normalize_obs"] is False and saved["no_progress"] is True
+    assert saved["normalize_obs"] is False and saved["progress"] is False
     assert "obs_stats" not in torch.load(tmp_path / "run" / "checkpoints" / "latest.pt", weights_only=True)
 
 

@@ -16,6 +16,7 @@ from hogwild_a3c.recorder import Recorder
 from hogwild_a3c.run_loop import RunLoop
 from hogwild_a3c.shared import STAT, SharedState
 from hogwild_a3c.stop_policy import EXIT_FAILED, StopPolicy
+from hogwild_a3c.supervisor import MustStop, PidsChanged, Said
 
 
 class Children:
@@ -24,17 +25,17 @@ class Children:
     def __init__(self, inbox=()):
         self.inbox, self.calls, self.restarts = list(inbox), [], 2
 
-    def start(self):
+    def start(self, best_return):
         self.calls.append("start")
 
     def advance(self):
         pass
 
-    def messages(self):
+    def events(self):
         out, self.inbox = self.inbox, []
         return out
 
-    def check(self):
+    def check(self, best_return):
         pass
 
     def worker_pids(self):
@@ -43,24 +44,24 @@ class Children:
     def evaluator_pid(self):
         return None
 
-    def stop(self, deliver, fast):
+    def stop(self, fast):
         self.calls.append("stop")
 
 
-def make_loop(tmp_path, **settings):
-    cfg = Config(env="CartPole-v1", num_workers=1, lstm_size=8, no_progress=True, **settings)
+def make_loop(tmp_path, children=None, callbacks=None, **settings):
+    cfg = Config(env="CartPole-v1", num_workers=1, lstm_size=8, progress=False, **settings)
     shared = SharedState.create(build_model((4,), 2, cfg), 1, cfg.optimizer, LrSchedule(cfg.lr))
     recorder = Recorder(tmp_path, cfg, None, [], session=0, global_step=0)
     policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
     before = Progress(elapsed_s=10.0, best_eval_return=-math.inf, counters={"updates": 5})
-    return RunLoop(cfg, tmp_path, shared, recorder, policy, before, session=0)
+    return RunLoop(cfg, tmp_path, shared, recorder, policy, before, 0, children or Children(), callbacks)
 
 
 def test_delivered_reports_become_rows_the_best_return_and_one_dead_lstm_warning(tmp_path):
     loop = make_loop(tmp_path)
     dead = LstmHealth(cell=200.0, h_spread=0.0)
     at = loop.clock.origin
-    loop.deliver([EpisodeEnded(rank=0, global_step=40, episode_return=12.0, length=12, wall_time=at + 11),
+    loop.handle([EpisodeEnded(rank=0, global_step=40, episode_return=12.0, length=12, wall_time=at + 11),
                   Evaluated(global_step=50, wall_time=at + 12, episodes=((9.0, 9), (11.0, 11)), lstm=dead),
                   Evaluated(global_step=60, wall_time=at + 13, episodes=((7.0, 7),), lstm=dead),
                   ChildRaised("worker", 0, "ValueError: boom", "Traceback ...")])
@@ -75,7 +76,6 @@ def test_delivered_reports_become_rows_the_best_return_and_one_dead_lstm_warning
 
 def test_progress_rows_carry_the_rate_and_the_counters_of_every_session(tmp_path):
     loop = make_loop(tmp_path)
-    loop.children = Children()
     loop.shared.worker_stats[0, STAT["updates"]] = 3
     loop.write_progress()
     loop.shut_down()
@@ -100,7 +100,7 @@ def test_a_checkpoint_holds_the_session_and_a_non_finite_model_is_never_saved(tm
 
 def test_a_failed_write_stops_the_run_once_and_skips_the_final_checkpoint(tmp_path):
     loop = make_loop(tmp_path)
-    loop.deliver([WriteFailed("evaluator", "no space left on device while writing best.pt"),
+    loop.handle([WriteFailed("evaluator", "no space left on device while writing best.pt"),
                   WriteFailed("evaluator", "no space left on device while writing best.pt")])
     assert loop.policy.exit_code == EXIT_FAILED and "no space left" in loop.policy.reason
     loop.shut_down()
@@ -109,12 +109,22 @@ def test_a_failed_write_stops_the_run_once_and_skips_the_final_checkpoint(tmp_pa
 
 
 def test_the_session_runs_until_the_target_and_shuts_down_in_order(tmp_path):
-    loop = make_loop(tmp_path, target_return=5.0, eval_episodes=1)
-    loop.children = Children([Evaluated(global_step=0, wall_time=loop.clock.origin + 10, episodes=((6.0, 6),))])
-    children = loop.children
+    children = Children([Evaluated(global_step=0, wall_time=0.0, episodes=((6.0, 6),))])
+    loop = make_loop(tmp_path, children, target_return=5.0, eval_episodes=1)
     loop.run()
     loop.shut_down()
-    assert children.calls == ["start", "stop"] and loop.children is None
+    assert children.calls == ["start", "stop"]
     session = json.loads((tmp_path / "meta.json").read_text())["sessions"][-1]
     assert session["ended"] == "target_return" and session["exit_code"] == 0
     assert (tmp_path / "checkpoints" / "latest.pt").exists()
+
+
+def test_the_supervisors_events_reach_the_log_the_errors_and_the_stop_policy(tmp_path):
+    loop = make_loop(tmp_path)
+    loop.handle([Said("worker 0 was killed by signal 9; restarting it (1/1)"), Said("worker 1 stalled", error=True),
+                 PidsChanged({"worker 0": 123}), MustStop("worker 0 was killed by signal 9")])
+    assert loop.policy.exit_code == EXIT_FAILED and loop.policy.reason == "failed: worker 0 was killed by signal 9"
+    loop.shut_down()
+    log, errors = (tmp_path / "train.log").read_text(), (tmp_path / "errors.log").read_text()
+    assert "restarting it (1/1)" in log and "worker 1 stalled" in errors and "restarting" not in errors
+    assert json.loads((tmp_path / "meta.json").read_text())["sessions"][-1]["pids"] == {"worker 0": 123}

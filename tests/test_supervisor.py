@@ -12,7 +12,7 @@ from hogwild_a3c.envs import describe_env
 from hogwild_a3c.model import build_model
 from hogwild_a3c.optim import LrSchedule
 from hogwild_a3c.shared import NOT_READY, SharedState
-from hogwild_a3c.supervisor import Hooks, ProcessChildren, RestartBudget
+from hogwild_a3c.supervisor import MustStop, ProcessChildren, RestartBudget, Said
 from tests.helpers import alive
 
 
@@ -31,12 +31,28 @@ def children(tmp_path):
                  stall_timeout=2.0)
     info = describe_env(cfg.env)
     shared = SharedState.create(build_model(info.obs_shape, info.num_actions, 8), 1, "adam", LrSchedule(1e-3))
-    said = {"log": [], "error": [], "fail": [], "messages": []}
-    hooks = Hooks(log=said["log"].append, error=said["error"].append, fail=said["fail"].append,
-                  pids_changed=lambda pids: None, best_return=lambda: float("-inf"), deliver=said["messages"].extend)
-    supervisor = ProcessChildren(cfg, info, shared, str(tmp_path), 0, hooks)
-    yield supervisor, shared, said
-    supervisor.stop(lambda messages: None, lambda: True)
+    supervisor = ProcessChildren(cfg, info, shared, str(tmp_path), 0)
+    yield supervisor, shared, Reported(supervisor)
+    supervisor.stop(lambda: True)
+
+
+class Reported(dict):
+    """What the supervisor reported as events, sorted by kind, read on each lookup: it calls
+    nothing back, so this is all it said."""
+
+    def __init__(self, supervisor):
+        super().__init__(log=[], error=[], fail=[], messages=[])
+        self.supervisor = supervisor
+
+    def __getitem__(self, kind):
+        for event in self.supervisor.events():
+            if isinstance(event, Said):
+                dict.__getitem__(self, "error" if event.error else "log").append(event.text)
+            elif isinstance(event, MustStop):
+                dict.__getitem__(self, "fail").append(event.reason)
+            elif not type(event).__name__ == "PidsChanged":
+                dict.__getitem__(self, "messages").append(event)
+        return dict.__getitem__(self, kind)
 
 
 @pytest.mark.timeout(120)
@@ -78,7 +94,7 @@ def test_stalls_are_judged_only_after_ready_and_stop_leaves_no_process(children)
     wait_until(lambda: time.time() - float(shared.heartbeats[0]) < 1.0)
     supervisor.check()
     assert said["log"][-1] == "worker 0 is making progress again"
-    supervisor.stop(lambda messages: None, lambda: False)
+    supervisor.stop(lambda: False)
     assert not alive(pid) and shared.stop_requested()
 
 

@@ -23,6 +23,7 @@ from hogwild_a3c.syncer import (
     MomentsSync,
     ParamSync,
     PeerDataError,
+    RoundResult,
     SyncError,
     SyncStatus,
     decode_steps,
@@ -233,6 +234,31 @@ class Nodes:
             p.join(5)
 
 
+def _write_rounds(status, rounds):
+    for i in range(1, rounds + 1):  # every round: this node did 3 steps, the others 4
+        status.record_round(RoundResult(stop=False, steps=7, seconds=0.0, reduce_seconds=0.0), local_seen=3 * i)
+
+
+@pytest.mark.timeout(60)
+def test_the_agreed_step_is_read_whole_while_the_syncer_writes_it():
+    """The syncer writes the agreed step and this node's count at that round one after the other;
+    the main process must never pair one round's step with another round's count (a progress row
+    that jumps ahead, then back)."""
+    status = SyncStatus.create()
+    status.record_start(0, 1000, 0)
+    writer = CTX.Process(target=_write_rounds, args=(status, 200_000))
+    writer.start()
+    try:
+        seen = []
+        while writer.is_alive() and len(seen) < 200_000:
+            seen.append(status.node_global_step(local_steps_now=0))
+    finally:
+        writer.join(30)
+    # after round i: step 1000 + 7i with 3i of them this node's, so 1000 + 4i is what it reads at 0 local steps
+    assert all((step - 1000) % 4 == 0 for step in seen), sorted({(s - 1000) % 4 for s in seen})
+    assert seen == sorted(seen)  # never back
+
+
 @pytest.mark.timeout(60)
 def test_stop_vote_and_step_sums_propagate(tmp_path):
     nodes = Nodes(tmp_path, progress=(1000, 400))
@@ -242,7 +268,7 @@ def test_stop_vote_and_step_sums_propagate(tmp_path):
         nodes.steps[0][1] = 100  # node 0's workers did 100 steps, node 1's 250 (in two slots)
         nodes.steps[1][0] = 200
         nodes.steps[1][2] = 50
-        nodes.wait(lambda: all(int(s.global_step[0]) == 1350 for s in nodes.status), 10, "step sums")
+        nodes.wait(lambda: all(s.agreed_step()[0] == 1350 for s in nodes.status), 10, "step sums")
         assert nodes.status[0].node_global_step(100 + 7) == 1357
         nodes.stop[1][0] = 1  # node 1 votes stop
         _join_all(nodes.procs, 10)
