@@ -20,9 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from .atari import Frame42, is_atari
 from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint, step_problem
 from .config import OLD_FIELD_NAMES, Config, config_from_dict, flag_name, typed_values, with_current_names
-from .envs import EnvInfo, EnvSpecError, Frame42, describe_env, env_options, is_atari, make_env
+from .envs import EnvInfo, EnvSpecError, describe_env, env_options, make_env
 from .model import ActorCritic, State, build_model, model_size_problem, sample_actions
 from .session import TrainResult
 

@@ -1,5 +1,6 @@
-"""Environment construction: Atari with the universe 42x42 preprocessing, or any Gymnasium env
-with a Discrete action space and a flat vector observation.
+"""Environment construction: any Gymnasium env with a Discrete action space and a flat vector
+observation, or Atari with the universe 42x42 preprocessing (the frames and the Atari protocol
+are in `atari.py`).
 
 `describe_env` is called once in the main process, before any child starts, so that an unknown
 id, a continuous action space or an observation the model cannot take is reported as one clear
@@ -20,178 +21,28 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
+from .atari import (
+    ATARI_CROP_ROWS,
+    FRAME_MODES,
+    FRAME_SIZE,
+    AtariSteps,
+    Frame42,
+    Universe42,
+    ale_default_frameskip,
+    is_atari,
+    register_atari,
+)
 from .config import RENAMED
 from .files import shown
 
-ATARI_CROP_ROWS = slice(34, 194)  # the universe crop: drop the score bar and the bottom edge
-FRAME_SIZE = 42
-
+# What other modules and the benchmarks import from here: the Atari pieces live in atari.py.
+__all__ = ["ATARI_CROP_ROWS", "FRAME_MODES", "FRAME_SIZE", "AtariSteps", "EnvInfo", "EnvSpecError", "Frame42",
+           "Universe42", "check_spawnable", "describe_env", "env_options", "is_atari", "make_env", "parse_env_kwargs",
+           "register_atari"]
 
 class EnvSpecError(ValueError):
     """The requested environment cannot be trained by this model."""
-
-
-def _linear_resize_matrix(src: int, dst: int) -> np.ndarray:
-    """Rows that resample a length-`src` signal to `dst` samples by linear interpolation with
-    pixel-centre alignment (the convention of OpenCV's INTER_LINEAR), as a [dst, src] matrix."""
-    matrix = np.zeros((dst, src), dtype=np.float32)
-    for i in range(dst):
-        pos = min(max((i + 0.5) * src / dst - 0.5, 0.0), src - 1)
-        lo = int(np.floor(pos))
-        hi = min(lo + 1, src - 1)
-        frac = pos - lo
-        matrix[i, lo] += 1.0 - frac
-        matrix[i, hi] += frac
-    return matrix
-
-
-def _universe_resize_matrix(channels: int = 1) -> np.ndarray:
-    """160 -> 80 -> 42 as one [42, 160] matrix, folded with the 1/255 scale (and, for a frame
-    whose `channels` were summed, the 1/channels of their mean).
-
-    Universe shrinks in two linear steps; both are linear maps, so their product applied on
-    each side (M @ frame @ M.T) gives the same pixels with two small matmuls per frame.
-    """
-    halve = _linear_resize_matrix(160, 80)
-    shrink = _linear_resize_matrix(80, FRAME_SIZE)
-    return (shrink @ halve) / np.sqrt(255.0 * channels, dtype=np.float32)
-
-
-# How an Atari frame becomes grey. `fast`: ALE's own greyscale (luminance-weighted, computed
-# inside the emulator), one channel to resize. `seed`: the RGB screen and the plain mean of its
-# channels, as universe-starter-agent's `_process_frame42` does; the two differ by up to about
-# 24/255 per pixel on Pong. `seed` costs about 35 us more per frame here (70 against 35 us on
-# one core, `make bench-frames`); `fast` is the default, and every Pong result in this repo used it.
-FRAME_MODES = ("fast", "universe")
-
-
-class Universe42(gym.ObservationWrapper):
-    """Atari frame -> 1x42x42 float32 in [0, 1]: universe-starter-agent's `_process_frame42`.
-
-    `_process_frame42` crops rows 34..194, resizes the RGB frame 160x160 -> 80x80 -> 42x42,
-    averages the three channels and scales by 1/255. Resizing and averaging are both linear, so
-    averaging first gives the same pixels with a third of the resizing. Given an RGB frame
-    (ALE's `obs_type="rgb"`, `frame="universe"`) this is that computation; given ALE's greyscale frame
-    (`frame="fast"`, the default) the channel mean is replaced by ALE's luminance weighting.
-    One difference from universe remains in both: OpenCV resizes uint8 images and rounds each
-    resized image to whole levels; here the resize stays in float32 (measured: under 0.7/255).
-    """
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        self._frame42 = Frame42()
-        self.observation_space = gym.spaces.Box(0.0, 1.0, (1, FRAME_SIZE, FRAME_SIZE), np.float32)
-
-    def observation(self, frame: np.ndarray) -> np.ndarray:
-        return self._frame42(frame)
-
-
-class AtariSteps(gym.Wrapper):
-    """The Atari protocol around a raw ALE env: what happens inside one agent step.
-
-    - `max_pool`: the env is made with frameskip 1 and this wrapper repeats the action `skip`
-      times itself, returning the pixelwise max of the last two frames. ALE v5 repeats inside
-      the emulator and returns only the last frame, so objects drawn on alternate frames
-      (SpaceInvaders' shots) can vanish. The repeats call ALE directly (about 10 us per agent
-      step more than v5's own repeat, against 55 us through four gym steps); sticky actions are
-      ALE's, applied per frame either way.
-    - `fire_reset`: in games whose second action is FIRE, press it after a reset and after each
-      lost life, as baselines' FireResetEnv does (Breakout's ball waits for it).
-    - Every step's info says `life_lost`, so a learner can end a bootstrap stretch there
-      (`--life-loss`) without the game being reset.
-    """
-
-    def __init__(self, env: gym.Env, skip: int, max_pool: bool, fire_reset: bool):
-        super().__init__(env)
-        atari: Any = env.unwrapped  # ale_py's AtariEnv
-        self._ale = atari.ale
-        self._skip = skip
-        self._max_pool = max_pool
-        meanings = atari.get_action_meanings()
-        self._fire = fire_reset and len(meanings) >= 3 and meanings[1] == "FIRE"
-        minimal = self._ale.getMinimalActionSet()
-        n = int(env.action_space.n)  # type: ignore[attr-defined]
-        self._action_set = minimal if len(minimal) == n else self._ale.getLegalActionSet()
-        shape = env.observation_space.shape or ()
-        self._grey = len(shape) == 2
-        self._frames = np.zeros((2, *shape), dtype=np.uint8)
-        self._lives = 0
-
-    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
-        obs, info = self.env.reset(**kwargs)
-        if self._fire:
-            obs, _, terminated, truncated, info = self._step(1)
-            if terminated or truncated:
-                obs, info = self.env.reset()
-        self._lives = self._ale.lives()
-        info["life_lost"] = False
-        return obs, info
-
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self._step(action)
-        lives = self._ale.lives()
-        life_lost = lives < self._lives and not terminated  # a game's end is its own boundary
-        self._lives = lives
-        if life_lost and self._fire and not truncated:
-            obs, more, terminated, truncated, info = self._step(1)
-            reward += more
-        info["life_lost"] = life_lost  # each step's info is a dict of its own: no copy needed
-        return obs, reward, terminated, truncated, info
-
-    def _step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        if not self._max_pool:
-            obs, reward, terminated, truncated, info = self.env.step(action)
-            return obs, float(reward), terminated, truncated, info
-        ale, frames, reward = self._ale, self._frames, 0.0
-        ale_action = self._action_set[action]
-        for repeat in range(self._skip):
-            reward += ale.act(ale_action)
-            if ale.game_over():  # the episode ended inside the repeat: its last frame, twice
-                self._screen(frames[1])
-                frames[0] = frames[1]
-                break
-            if repeat >= self._skip - 2:
-                self._screen(frames[repeat - self._skip + 2])
-        obs = np.maximum(frames[0], frames[1])
-        return obs, reward, ale.game_over(with_truncation=False), ale.game_truncated(), {"lives": ale.lives()}
-
-    def _screen(self, out: np.ndarray) -> None:
-        if self._grey:
-            self._ale.getScreenGrayscale(out)
-        else:
-            self._ale.getScreenRGB(out)
-
-
-class Frame42:
-    """The computation of `Universe42` on one raw Atari frame (210x160 grey or 210x160x3 RGB),
-    also usable on frames from an env loop of the user's own (`hogwild_a3c.load_policy`)."""
-
-    def __init__(self) -> None:
-        self._resize = _universe_resize_matrix()
-        self._resize_t = np.ascontiguousarray(self._resize.T)
-        # For RGB frames: the channel sum goes through, and 1/3 is folded into the matrix.
-        self._resize_rgb = _universe_resize_matrix(channels=3)
-        self._resize_rgb_t = np.ascontiguousarray(self._resize_rgb.T)
-
-    def __call__(self, frame: np.ndarray) -> np.ndarray:
-        cropped = frame[ATARI_CROP_ROWS]
-        if frame.ndim == 3:  # an RGB frame: universe averages the channels
-            # The channel sum in uint16 (exact, at most 765), then one conversion to float32:
-            # about 8x faster than `frame.mean(axis=2)`, which goes through float64.
-            summed = np.add(cropped[..., 0], cropped[..., 1], dtype=np.uint16)
-            summed += cropped[..., 2]
-            small = self._resize_rgb @ summed.astype(np.float32) @ self._resize_rgb_t
-        else:
-            small = self._resize @ cropped.astype(np.float32) @ self._resize_t
-        return np.clip(small, 0.0, 1.0, out=small)[None]
-
-    def grey_batch(self, frames: np.ndarray) -> np.ndarray:
-        """Many grey frames at once ([K, 210, 160] -> [K, 1, 42, 42]), e.g. from a vector env:
-        one pair of matrix products for the batch, the same numbers as one call per frame."""
-        small = self._resize @ frames[:, ATARI_CROP_ROWS].astype(np.float32) @ self._resize_t
-        return np.clip(small, 0.0, 1.0, out=small)[:, None]
 
 
 def parse_env_kwargs(items: list[str]) -> dict[str, Any]:
@@ -215,28 +66,6 @@ def _import_env_module(env_id: str) -> str:
         importlib.import_module(module)
         return name
     return env_id
-
-
-def register_atari() -> None:
-    """ALE ids must be registered in every process: spawned children do not inherit it."""
-    import ale_py
-
-    gym.register_envs(ale_py)
-
-
-def is_atari(env_id: str) -> bool:
-    # ale_py is imported only when the id is not registered yet (0.3 s of a child's start).
-    if env_id not in gym.registry:
-        register_atari()
-    spec = gym.spec(env_id)
-    return isinstance(spec.entry_point, str) and spec.entry_point.startswith("ale_py")
-
-
-def _ale_default_frameskip() -> Any:
-    """AtariEnv's own default, for an ALE id registered without a frameskip of its own."""
-    from ale_py.env import AtariEnv
-
-    return inspect.signature(AtariEnv).parameters["frameskip"].default
 
 
 def make_env(
@@ -269,7 +98,7 @@ def make_env(
             raise EnvSpecError(f"--env-kwargs obs_type={given!r}: the 42x42 preprocessing needs 'grayscale' or 'rgb'")
         # The time limit goes outside AtariSteps, whose repeats bypass the wrappers of gym.make.
         max_episode_steps = kwargs.pop("max_episode_steps", None)
-        skip = kwargs.get("frameskip", (gym.spec(env_id).kwargs or {}).get("frameskip", _ale_default_frameskip()))
+        skip = kwargs.get("frameskip", (gym.spec(env_id).kwargs or {}).get("frameskip", ale_default_frameskip()))
         if max_pool:
             if not isinstance(skip, int) or skip < 2:
                 raise EnvSpecError(f"--max-pool needs a fixed frameskip of 2 or more, but '{env_id}' repeats each "

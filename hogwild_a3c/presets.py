@@ -43,7 +43,8 @@ def auto_preset(env_id: str) -> str:
     own = env_preset_name(env_id)
     if (PRESET_DIR / f"{own}.json").is_file():
         return own
-    from .envs import _import_env_module, is_atari
+    from .atari import is_atari
+    from .envs import _import_env_module
 
     try:
         return "atari" if is_atari(_import_env_module(env_id)) else "vector"
