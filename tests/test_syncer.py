@@ -387,15 +387,20 @@ def _refused_everywhere(nodes, timeout=40):
     return messages
 
 
+def _refusals(tmp_path, **nodes_kwargs):
+    """Nodes started as told, every one of which must be refused; (the nodes, their messages)."""
+    nodes = Nodes(tmp_path, **nodes_kwargs)
+    try:
+        return nodes, _refused_everywhere(nodes)
+    finally:
+        nodes.kill()
+
+
 @pytest.mark.timeout(90)
 def test_an_uninvited_node_with_a_forged_claim_moves_no_weights(tmp_path):
     # The attack: a third node without the run's token claims far more progress than the run made.
     run, intruder = {"token": b"the run's secret", "max_claim": 660_000}, {"token": b"a guess"}
-    nodes = Nodes(tmp_path, progress=(1000, 400, 2_000_000), seeds=(0, 1, 2), each=[run, run, intruder])
-    try:
-        messages = _refused_everywhere(nodes)
-    finally:
-        nodes.kill()
+    nodes, messages = _refusals(tmp_path, progress=(1000, 400, 2_000_000), seeds=(0, 1, 2), each=[run, run, intruder])
     for r in (0, 1):
         assert messages[r].startswith(f"syncer rank {r}/3: rank 2 (connected from 127.0.0.1; it calls itself ")
         assert "did not prove" in messages[r] and "HOGWILD_RUN_TOKEN" in messages[r], messages[r]
@@ -423,11 +428,8 @@ def test_a_peer_declaring_no_budget_or_a_huge_one_does_not_lift_this_nodes_bound
     is 5,000,000,000 with a budget of its own of 1e10, or none, is refused by both others."""
     bound, unbounded = {"token": b"s", "max_claim": 660_000}, {"token": b"s", "max_claim": None}
     for liar in (unbounded, {"token": b"s", "max_claim": 11_000_000_000}):
-        nodes = Nodes(tmp_path, progress=(1000, 400, 5_000_000_000), seeds=(0, 1, 2), each=[bound, bound, liar])
-        try:
-            messages = _refused_everywhere(nodes)
-        finally:
-            nodes.kill()
+        nodes, messages = _refusals(tmp_path, progress=(1000, 400, 5_000_000_000), seeds=(0, 1, 2),
+                                    each=[bound, bound, liar])
         for r in (0, 1):
             assert "rank 2 claims global step 5,000,000,000" in messages[r] and "at most 660,000" in messages[r]
         assert "another node refused a claim" in messages[2]  # it has no bound of its own, and stops too
