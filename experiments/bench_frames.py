@@ -1,5 +1,5 @@
 """`make bench-frames`: what universe's frames (`frame="universe"`: RGB screen, mean of the channels)
-cost against ALE's greyscale (`frame="fast"`), per frame, on one thread like a worker, and how
+cost against ALE's greyscale (`frame="luminance"`), per frame, on one thread like a worker, and how
 far apart the two greys are on real Pong screens.
 
 Writes experiments/results/frames/frames.md.
@@ -90,7 +90,7 @@ def main() -> int:
         timings["fast (grey screen)"].append(per_call_us(wrapper.observation, grey[100], args.calls))
         timings["seed (RGB screen)"].append(per_call_us(wrapper.observation, rgb[100], args.calls))
         timings["seed, channel mean in float64 (before)"].append(per_call_us(old_rgb_path, rgb[100], args.calls // 5))
-        timings["env step + fast"].append(step_us("fast", args.steps))
+        timings["env step + fast"].append(step_us("luminance", args.steps))
         timings["env step + seed"].append(step_us("universe", args.steps))
     rows = [{"what": k, "us per frame (median)": statistics.median(v), "min": min(v), "max": max(v)}
             for k, v in timings.items()]

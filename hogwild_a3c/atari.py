@@ -46,7 +46,7 @@ def _universe_resize_matrix(channels: int = 1) -> np.ndarray:
 # channels, as universe-starter-agent's `_process_frame42` does; the two differ by up to about
 # 24/255 per pixel on Pong. `seed` costs about 35 us more per frame here (70 against 35 us on
 # one core, `make bench-frames`); `fast` is the default, and every Pong result in this repo used it.
-FRAME_MODES = ("fast", "universe")
+FRAME_MODES = ("luminance", "universe")
 
 
 class Universe42(gym.ObservationWrapper):
@@ -56,7 +56,7 @@ class Universe42(gym.ObservationWrapper):
     averages the three channels and scales by 1/255. Resizing and averaging are both linear, so
     averaging first gives the same pixels with a third of the resizing. Given an RGB frame
     (ALE's `obs_type="rgb"`, `frame="universe"`) this is that computation; given ALE's greyscale frame
-    (`frame="fast"`, the default) the channel mean is replaced by ALE's luminance weighting.
+    (`frame="luminance"`, the default) the channel mean is replaced by ALE's luminance weighting.
     One difference from universe remains in both: OpenCV resizes uint8 images and rounds each
     resized image to whole levels; here the resize stays in float32 (measured: under 0.7/255).
     """

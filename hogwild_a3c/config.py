@@ -33,7 +33,7 @@ def _run(default: Any, help: str, **argparse_kwargs: Any) -> Any:
     return _opt(default, help, resumable=True, experiment=False, **argparse_kwargs)
 
 
-RENAMED = {"seed": "universe"}  # old name of a preset or --frame mode -> its name now
+RENAMED = {"seed": "universe", "fast": "luminance"}  # old name of a preset or --frame mode -> its name now
 
 
 @dataclass
@@ -50,9 +50,9 @@ class Config:
                        "name: atari, universe, vector, ...; --config and flags override it")
     config: str | None = _opt(None, experiment=False, help="a JSON file of settings (keys are flag names with _ or -, "
                               "e.g. {\"lr\": 0.001}); it may name a \"preset\" to start from; flags override it")
-    frame: str = _opt("fast", "how Atari frames become grey: fast = ALE's luminance greyscale; universe = the mean of "
-                      "the RGB channels, as universe's _process_frame42 (35 us more per frame); other envs ignore it",
-                      choices=["fast", "universe", "seed"])
+    frame: str = _opt("luminance", "how Atari frames become grey: luminance = ALE's own luminance greyscale; universe "
+                      "= the mean of the RGB channels, as universe's _process_frame42 (35 us more per frame); other "
+                      "envs ignore it", choices=["luminance", "universe", *RENAMED], metavar="{luminance,universe}")
     # The Atari protocol (other envs ignore all but --clip-reward); `--preset universe` has none of it
     clip_reward: bool = _opt(False, "clip each reward to [-1, 1] for learning, as the A3C paper does on Atari; the "
                              "logged and evaluated returns stay unclipped", negatable=True)
@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         type_, _ = _base_type(f)
         type_ = str if type_ is dict else type_
-        metavar = "KEY=VALUE" if f.name == "env_kwargs" else None
+        metavar = kwargs.pop("metavar", "KEY=VALUE" if f.name == "env_kwargs" else None)
         if not re.search(r"\bdefault\b", help_text):  # unless the help already tells its default
             default_text = "none" if f.default is None else f.default
             if f.name in PRESET_FIELDS:
@@ -420,7 +420,8 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     for f in dataclasses.fields(Config):  # the choices each field declares, for settings argparse never saw
         choices = f.metadata.get("choices")
         if choices:
-            need(getattr(cfg, f.name) in choices, f.name, _one_of(choices), getattr(cfg, f.name))
+            current = [choice for choice in choices if choice not in RENAMED]  # an old name is taken, not offered
+            need(getattr(cfg, f.name) in choices, f.name, _one_of(current), getattr(cfg, f.name))
     need(cfg.eval_interval > 0, "eval_interval", "a positive number of seconds", cfg.eval_interval)
     need(cfg.eval_episodes >= 0, "eval_episodes", "an integer >= 0", cfg.eval_episodes)
     need(0 <= cfg.eval_nice <= 19, "eval_nice", "an integer from 0 to 19", cfg.eval_nice)

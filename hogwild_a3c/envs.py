@@ -72,16 +72,18 @@ def make_env(
     env_id: str,
     env_kwargs: dict[str, Any] | None = None,
     render_mode: str | None = None,
-    frame: str = "fast",
+    frame: str = "luminance",
     max_pool: bool = False,
     fire_reset: bool = False,
 ) -> gym.Env:
     """Build one training environment; safe to call in any process.
 
-    `frame` ("fast" or "universe", see FRAME_MODES) chooses how Atari frames become grey; other
-    envs ignore it. `env_kwargs={"obs_type": "rgb"}` also gives universe's frames. `max_pool`
-    and `fire_reset` are the Atari protocol of `AtariSteps`; other envs ignore them too.
+    `frame` ("luminance" or "universe", see FRAME_MODES; the old name "fast" is taken too) chooses
+    how Atari frames become grey; other envs ignore it. `env_kwargs={"obs_type": "rgb"}` also
+    gives universe's frames. `max_pool` and `fire_reset` are the Atari protocol of `AtariSteps`;
+    other envs ignore them too.
     """
+    frame = RENAMED.get(frame, frame)
     frame = RENAMED.get(frame, frame)
     if frame not in FRAME_MODES:
         raise EnvSpecError(f"--frame must be one of {', '.join(FRAME_MODES)} (got {frame!r})")
@@ -261,7 +263,7 @@ def env_options(cfg: Any) -> dict[str, Any]:
     return {"frame": cfg.frame, "max_pool": cfg.max_pool, "fire_reset": cfg.fire_reset}
 
 
-def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: str = "fast",
+def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: str = "luminance",
                  max_pool: bool = False, fire_reset: bool = False) -> EnvInfo:
     """Make the env once, check the model can train on it, and return what the model needs."""
     steps = (env_kwargs or {}).get("max_episode_steps")

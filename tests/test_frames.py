@@ -1,6 +1,6 @@
 """Universe's frames on real Atari screens: `frame="universe"` against a slow, literal transcription
 of `_process_frame42` (crop, resize each RGB channel 160 -> 80 -> 42, mean of the channels,
-1/255), and `frame="fast"` against the same resize of ALE's own greyscale screen."""
+1/255), and `frame="luminance"` against the same resize of ALE's own greyscale screen."""
 import numpy as np
 import pytest
 
@@ -32,7 +32,7 @@ def play(env, steps: int = 60):
 def frames():
     """(observation, raw screen) after the same play, for both frame modes."""
     out = {}
-    for mode in ("universe", "fast"):
+    for mode in ("universe", "luminance"):
         env = make_env("ALE/Pong-v5", {"repeat_action_probability": 0.0}, frame=mode)
         obs = play(env)
         ale = env.unwrapped.ale
@@ -49,13 +49,13 @@ def test_seed_frames_are_the_rgb_channel_mean_of_a_real_pong_screen(frames):
 
 
 def test_fast_frames_are_ales_greyscale_resized_the_same_way(frames):
-    obs, _, grey = frames["fast"]
+    obs, _, grey = frames["luminance"]
     np.testing.assert_allclose(obs[0], slow_grey_frame42(grey), atol=2e-6)
 
 
 def test_a_batch_of_grey_frames_is_each_frame_resized_alone(frames):
     """`Frame42.grey_batch`, for frames that come from a vector env as one array."""
-    _, _, grey = frames["fast"]
+    _, _, grey = frames["luminance"]
     batch = np.stack([grey, np.flipud(grey), np.zeros_like(grey)])
     out = Frame42().grey_batch(batch)
     assert out.shape == (3, 1, 42, 42) and out.dtype == np.float32
@@ -65,7 +65,7 @@ def test_a_batch_of_grey_frames_is_each_frame_resized_alone(frames):
 
 def test_the_two_modes_see_the_same_screen_in_different_greys(frames):
     seed_obs, seed_rgb, _ = frames["universe"]
-    fast_obs, fast_rgb, _ = frames["fast"]
+    fast_obs, fast_rgb, _ = frames["luminance"]
     assert np.array_equal(seed_rgb, fast_rgb)  # same emulator state: only the grey conversion differs
     difference = np.abs(seed_obs - fast_obs).max()
     assert 5 / 255 < difference < 40 / 255, difference * 255
@@ -81,7 +81,7 @@ def test_obs_type_rgb_in_env_kwargs_is_the_universe_mode_and_conflicts_are_refus
     np.testing.assert_array_equal(by_kwarg, by_mode)
     with pytest.raises(EnvSpecError, match="--frame universe needs RGB"):
         make_env("ALE/Pong-v5", {"obs_type": "grayscale"}, frame="universe")
-    with pytest.raises(EnvSpecError, match="--frame must be one of fast, universe"):
+    with pytest.raises(EnvSpecError, match="--frame must be one of luminance, universe"):
         describe_env("ALE/Pong-v5", frame="colour")
     with pytest.raises(EnvSpecError, match="obs_type='ram'"):
         describe_env("ALE/Pong-v5", {"obs_type": "ram"})

@@ -206,6 +206,6 @@ def test_a_config_file_gets_every_fields_choices_checked(tmp_path):
         errors = exc.errors
     else:
         raise AssertionError("accepted")
-    assert "--frame must be fast, universe or seed (got 'sepia')" in errors
+    assert "--frame must be luminance or universe (got 'sepia')" in errors
     assert "--sync-mode must be sum or avg (got 'max')" in errors
     assert "--core must be lstm or mlp (got 'gru')" in errors
