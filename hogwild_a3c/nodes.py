@@ -83,7 +83,7 @@ class Node:
         return Path(run_dir) / "nodes" / self.name
 
 
-def syncer_main(params: list, moments: list, local_steps: Any, stop_flag: Any, status: Any, node: Node, cfg: Any,
+def syncer_main(params: list, moments: list, local_steps: Any, control: Any, status: Any, node: Node, cfg: Any,
                 progress: int, links: Any, parent_pid: int) -> None:
     """Entry point of the syncer process: child hygiene, then `syncer.run_syncer` until a stop
     vote; `moments` are the shared model's running statistics, (mean, var, count) each. A failed
@@ -96,7 +96,7 @@ def syncer_main(params: list, moments: list, local_steps: Any, stop_flag: Any, s
         from .syncer import MembershipError, run_syncer
 
         try:
-            run_syncer(params, local_steps, stop_flag, status, init_method="env://", rank=node.rank,
+            run_syncer(params, local_steps, control, status, init_method="env://", rank=node.rank,
                        world_size=node.world_size, progress=progress, sync_interval=cfg.sync_interval,
                        sync_timeout=cfg.sync_timeout, mode=cfg.sync_mode, identity=node_identity(cfg),
                        token=os.environ.get(RUN_TOKEN, "").encode(), max_claim=max_claim(cfg.max_steps),

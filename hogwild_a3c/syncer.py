@@ -437,7 +437,7 @@ class SyncStatus:
 def run_syncer(
     params: Sequence[torch.Tensor],
     local_steps: torch.Tensor,
-    stop_flag: torch.Tensor,
+    control: torch.Tensor,
     status: SyncStatus,
     *,
     init_method: str,
@@ -455,9 +455,9 @@ def run_syncer(
 ) -> None:
     """The syncer child's body. Reads `params` (shared, written by workers), `local_steps` (this
     node's agent-step counter: `int(local_steps.sum())`, e.g. the worker_steps table; it should
-    only grow, a decrease counts as a reset)
-    and `stop_flag` (non-zero: this node votes stop); writes `params`, `status`, and sets
-    `stop_flag[0] = 1` when a stop vote from any node arrives. Returns after the round that
+    only grow, a decrease counts as a reset) and `control` (the node's stop tensor, `SharedState.control`:
+    non-zero, this node votes stop); writes `params`, `status`, and sets
+    `control[0] = 1` when a stop vote from any node arrives. Returns after the round that
     carried a stop vote (status.state = STOPPED); raises `SyncError` on a failed collective
     (status.state = FAILED). The process group lives and dies in this call.
     """
@@ -482,9 +482,9 @@ def run_syncer(
         status.record_start(source, start_step, local_seen)
         next_round = time.monotonic() + sync_interval
         while True:
-            while not stop_flag[0] and time.monotonic() < next_round:
+            while not control[0] and time.monotonic() < next_round:
                 time.sleep(min(poll, max(0.0, next_round - time.monotonic())))
-            vote = bool(stop_flag[0])
+            vote = bool(control[0])
             now_local = int(local_steps.sum())
             phase = f"round {int(status.rounds[0]) + 1}"
             t_phase = time.monotonic()
@@ -495,7 +495,7 @@ def run_syncer(
             status.record_round(result, local_seen)
             next_round = max(next_round + sync_interval, time.monotonic())
             if result.stop:
-                stop_flag[0] = 1
+                control[0] = 1
                 status.state[0] = STOPPED
                 return
     except MembershipError as e:

@@ -186,11 +186,11 @@ def test_two_nodes_end_with_start_plus_every_increment(tmp_path, mode):
     assert torch.equal(res[0]["anchor"], res[1]["anchor"])  # anchors agree bit for bit
 
 
-def _syncer_child(params, local_steps, stop_flag, status, kwargs, err_path):
+def _syncer_child(params, local_steps, control, status, kwargs, err_path):
     """run_syncer as the trainer will run it, writing a SyncError's message to a file."""
     torch.set_num_threads(1)
     try:
-        run_syncer(params, local_steps, stop_flag, status, **kwargs)
+        run_syncer(params, local_steps, control, status, **kwargs)
     except SyncError as e:
         with open(err_path, "w") as f:
             f.write(str(e))
