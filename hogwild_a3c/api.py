@@ -23,7 +23,7 @@ import torch
 from .atari import Frame42, is_atari
 from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint, step_problem
 from .config import OLD_FIELD_NAMES, Config, config_from_dict, flag_name, typed_values, with_current_names
-from .envs import EnvInfo, EnvSpecError, describe_env, env_options, make_env
+from .envs import EnvInfo, EnvSpecError, describe_env, env_options, make_env, unconsented_module
 from .model import ActorCritic, State, build_model, model_size_problem, sample_actions
 from .session import TrainResult
 
@@ -207,8 +207,8 @@ def load_policy(path: str | Path, env: str | None = None) -> Policy:
         cfg = config_from_dict(payload.get("config"), f"{found} (its saved config)")
     except (CheckpointError, ValueError) as exc:
         raise PolicyError(str(exc).splitlines()[0]) from None
-    module, sep, _ = cfg.env.partition(":")
-    if sep and env != cfg.env:
+    module = unconsented_module(cfg.env, env)
+    if module:
         raise PolicyError(f"{found}: its env '{cfg.env}' would import the module '{module}'; a checkpoint never "
                           f"imports code by itself: pass --env {cfg.env} to allow it")
     try:

@@ -39,7 +39,7 @@ from .files import shown
 # What other modules and the benchmarks import from here: the Atari pieces live in atari.py.
 __all__ = ["ATARI_CROP_ROWS", "FRAME_MODES", "FRAME_SIZE", "AtariSteps", "EnvInfo", "EnvSpecError", "Frame42",
            "Universe42", "check_spawnable", "describe_env", "env_options", "is_atari", "make_env", "parse_env_kwargs",
-           "register_atari"]
+           "register_atari", "unconsented_module"]
 
 class EnvSpecError(ValueError):
     """The requested environment cannot be trained by this model."""
@@ -57,6 +57,14 @@ def parse_env_kwargs(items: list[str]) -> dict[str, Any]:
         except (ValueError, SyntaxError, RecursionError, MemoryError):  # the last two: a deeply nested literal
             kwargs[key] = raw
     return kwargs
+
+
+def unconsented_module(saved_env: str, named_env: str | None) -> str | None:
+    """The module that `saved_env` (read from a file: a config.json, a checkpoint) would import
+    when the user did not name that same id (`named_env`, from the command line or the API);
+    None when it imports nothing, or the user consented. A file never makes this process run code."""
+    module, sep, _ = saved_env.partition(":")
+    return module if sep and named_env != saved_env else None
 
 
 def _import_env_module(env_id: str) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .config import Config
+from .config import MAX_STEPS, Config
 from .files import Reserve, WriteError, describe_failure, open_text_no_follow, writing
 from .logs import (
     EARLIER_SCHEMAS,
@@ -94,7 +94,7 @@ def close_dead_sessions(
 
 
 def _is_step(value: Any) -> bool:  # read from meta.json: a crafted one may hold anything
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2**62
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEPS
 
 
 def _last_known_step(run_dir: Path, checkpoint: tuple[int, Path] | None, start: Any) -> tuple[int | None, str]:

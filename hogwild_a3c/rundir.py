@@ -17,7 +17,7 @@ from typing import Any
 
 from . import __version__
 from .config import RENAMED, Config, config_from_dict, experiment_fields, flag_name, resumable_fields, validate
-from .envs import EnvSpecError, parse_env_kwargs
+from .envs import EnvSpecError, parse_env_kwargs, unconsented_module
 from .files import link_problem, open_no_follow, read_json_data, shown
 
 
@@ -180,8 +180,8 @@ def read_meta(run_dir: Path) -> dict[str, Any] | None:
 def resolve_resume(run_dir: str, given: dict[str, Any]) -> Config:
     """The saved config with the allowed overrides applied; changed algorithm flags are refused."""
     cfg = read_saved_config(Path(run_dir))
-    module, sep, _ = cfg.env.partition(":")
-    if sep and given.get("env") != cfg.env:  # a run dir from elsewhere must never make this process run its code
+    module = unconsented_module(cfg.env, given.get("env"))
+    if module:
         raise ConfigError([f"--resume {run_dir}: its config.json names the env {shown(cfg.env)}, which imports the "
                            f"module {shown(module)}; a resume imports only what the command line names: add --env "
                            f"{cfg.env} to allow it"])
