@@ -43,7 +43,7 @@ def describe_cpu(found: dict) -> str:
 
 
 def header(title: str, command: str, extra: dict | None = None) -> str:
-    from hogwild_a3c.rundir import cpu, versions
+    from hogwild_a3c.meta import cpu, versions
 
     lines = [
         f"# {title}",

@@ -4,7 +4,7 @@ some of these methods:
 
     on_start(info)         the run begins: {"run_dir", "config", "session", "global_step"}
     on_progress(row)       each progress.csv row, as a dict of its columns
-    on_evaluation(result)  an `Evaluation`: global_step, returns, mean_return
+    on_evaluation(result)  an `Evaluation`: global_step, returns, mean_return (and lengths, time_s)
     on_checkpoint(path)    a training checkpoint was saved at `path`
     on_end(result)         the run ended: its `TrainResult`
 
@@ -28,6 +28,9 @@ class Evaluation:
     global_step: int
     returns: tuple[float, ...]
     mean_return: float
+    lengths: tuple[int, ...] = ()  # each episode's steps, as returns
+    time_s: float = float("nan")  # the run's clock when the evaluation ended, as in eval.csv
+    lstm: Any = None  # the evaluator's LstmHealth of the policy's LSTM (None without one)
 
 
 class Callback:

@@ -1,6 +1,6 @@
 """Checkpoints: the one owner of their format, and files that survive a kill at any instant.
 
-Each save writes `ckpt-<step>.pt` through a temp file (flush, fsync, `os.replace`), then points
+Each save writes `ckpt-<step>.pt` through a temp file (`files.write_atomically`), then points
 `latest.pt` at it the same way, and prunes old numbered files. `best.pt` (the best evaluated
 policy) is written by `save_best`. A checkpoint holds only tensors and plain types, so it loads
 with `torch.load(weights_only=True)`: no code runs on load.
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import torch
 
 from .config import MAX_STEPS
-from .files import WriteError, describe_failure, link_problem, open_no_follow, shown, temp_path
+from .files import WriteError, describe_failure, link_atomically, link_problem, shown, write_atomically, writing
 from .optim import OPTIMIZER_KINDS, moment_keys
 
 if TYPE_CHECKING:
@@ -47,67 +47,17 @@ class CheckpointWriteError(CheckpointError, WriteError):
     """A checkpoint that could not be written (a full disk, a read-only folder); one line."""
 
 
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def atomic_save(payload: dict[str, Any], path: str | os.PathLike) -> Path:
     path = Path(path)
-    # Only the last folder is made: a run directory deleted during the run must not come back
-    # as a shell of checkpoints/ that --resume refuses.
-    tmp = temp_path(path)
     try:
-        path.parent.mkdir(exist_ok=True)
-        with os.fdopen(open_no_follow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except (OSError, RuntimeError) as exc:
-        raise CheckpointWriteError(describe_failure(path, exc)) from None
-    finally:
-        try:
-            if tmp.is_symlink() or tmp.exists():
-                tmp.unlink()
-        except OSError:  # a read-only folder: the temp file stays, and the next resume removes it
-            pass
-    _fsync_dir(path.parent)
+        # Only the last folder is made: a run directory deleted during the run must not come
+        # back as a shell of checkpoints/ that --resume refuses.
+        with writing(path):
+            path.parent.mkdir(exist_ok=True)
+        write_atomically(path, lambda f: torch.save(payload, f))
+    except WriteError as exc:
+        raise CheckpointWriteError(str(exc)) from None
     return path
-
-
-_write_failure = describe_failure  # the one-line message, for callers of the old name
-
-
-def _point_latest(target: Path) -> None:
-    """latest.pt becomes a hard link to `target` (a copy where links are unsupported), atomically."""
-    latest = target.with_name("latest.pt")
-    tmp = temp_path(latest)
-    try:
-        if tmp.exists():
-            tmp.unlink()
-        try:
-            os.link(target, tmp)
-        except OSError:
-            import shutil
-
-            shutil.copyfile(target, tmp)
-        os.replace(tmp, latest)
-    except OSError as exc:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise CheckpointWriteError(describe_failure(latest, exc)) from None
-    _fsync_dir(target.parent)
 
 
 def save_checkpoint(folder: str | os.PathLike, payload: dict[str, Any], step: int, keep: int = 3) -> Path:
@@ -116,7 +66,10 @@ def save_checkpoint(folder: str | os.PathLike, payload: dict[str, Any], step: in
         raise ValueError(f"a checkpoint's step must be an integer >= 0 (got {step!r})")
     payload = {"format": FORMAT, **payload}
     target = atomic_save(payload, folder / f"ckpt-{step:012d}.pt")
-    _point_latest(target)
+    try:
+        link_atomically(target, target.with_name("latest.pt"))
+    except WriteError as exc:
+        raise CheckpointWriteError(str(exc)) from None
     for old in numbered_checkpoints(folder)[keep:]:
         try:
             old.unlink(missing_ok=True)
@@ -259,7 +212,7 @@ def training_payload(
     weights: dict[str, torch.Tensor], shared: SharedState, cfg: Config, progress: Progress
 ) -> dict[str, Any]:
     """What `save_checkpoint` writes: `weights` is a snapshot already checked to be finite."""
-    from .rundir import versions
+    from .meta import versions
 
     return {
         "kind": "training",

@@ -11,6 +11,9 @@ with a link in it is refused before anything is read or written (`link_problem`)
 someone sent, or one another user can write to, must not make the trainer write outside it.
 Text read from such a directory goes into messages through `shown`, never raw.
 
+Every atomic write of a run is here (`write_atomically`, `write_json`, `link_atomically`): a
+temp file, fsynced, renamed over the old one, then the folder fsynced so the rename itself
+survives a power cut; a kill at any instant leaves the old file or the new one, never a part.
 Also here: the temp-file names of atomic writes and the removal of those a killed writer left,
 the room kept back for the last meta.json of a run on a full disk (`Reserve`), and the watch
 that notices a run directory deleted or moved away during the run (`DirectoryWatch`).
@@ -22,7 +25,7 @@ import json
 import os
 import re
 import reprlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -136,6 +139,96 @@ _TEMP_WITHOUT_PID = re.compile(r"^\.(config|meta)\.json\.tmp$")  # written so be
 
 def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+# -- atomic writes ------------------------------------------------------------------------------
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename in `folder` durable. Best effort: some filesystems cannot fsync a folder,
+    and the file itself is already whole on disk."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_temp(tmp: Path) -> None:
+    try:
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+    except OSError:  # a read-only folder: the temp file stays, and the next session removes it
+        pass
+
+
+def write_atomically(path: str | os.PathLike, fill: Callable[[Any], None] | str) -> None:
+    """`path` written whole or not at all: `fill` (text, or a function given the open binary
+    file) goes into a temp file beside it, which is fsynced and renamed over it. Raises
+    WriteError (one line); `fill`'s own RuntimeError (torch.save on a full disk) is one too."""
+    path = Path(path)
+    tmp = temp_path(path)
+    try:
+        with os.fdopen(open_no_follow(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as f:
+            if isinstance(fill, str):
+                f.write(fill.encode())
+            else:
+                fill(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:
+        raise WriteError(describe_failure(path, exc)) from None
+    finally:
+        _remove_temp(tmp)
+    fsync_dir(path.parent)
+
+
+def json_text(data: dict) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def write_json(path: str | os.PathLike, data: dict) -> None:
+    write_atomically(path, json_text(data))
+
+
+def rewrite_json_in_place(path: str | os.PathLike, data: dict) -> None:
+    """The last resort when `write_json` cannot make its temp file (a folder that takes no new
+    file, a disk with no free block): overwrite the existing file's own blocks. Not atomic, so
+    only for a session's last write; a crash in it leaves a file that --resume names as damaged."""
+    encoded = json_text(data).encode()
+    with writing(path):
+        fd = open_no_follow(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, encoded, 0)
+            os.ftruncate(fd, len(encoded))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def link_atomically(target: Path, link: Path) -> None:
+    """`link` becomes a hard link to `target` (a copy where links are unsupported), atomically."""
+    tmp = temp_path(link)
+    try:
+        if tmp.exists():
+            tmp.unlink()
+        try:
+            os.link(target, tmp)
+        except OSError:
+            import shutil
+
+            shutil.copyfile(target, tmp)
+        os.replace(tmp, link)
+    except OSError as exc:
+        raise WriteError(describe_failure(link, exc)) from None
+    finally:
+        _remove_temp(tmp)
+    fsync_dir(link.parent)
 
 
 def pid_exists(pid: int) -> bool:

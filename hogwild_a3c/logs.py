@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .files import (
-    WriteError,
-    link_problem,
-    open_no_follow,
-    open_text_no_follow,
-    read_json_data,
-    shown,
-    temp_path,
-    writing,
-)
+from .files import link_problem, open_text_no_follow, read_json_data, shown, write_atomically, writing
 
 EPISODES_COLUMNS = ("time_s", "global_step", "worker", "episode_return", "episode_length")
 EVAL_COLUMNS = ("time_s", "global_step", "episode_return", "episode_length")
@@ -158,47 +148,6 @@ def _format(value: Any) -> Any:
     if isinstance(value, float):
         return f"{value:.6g}"
     return value
-
-
-def write_json(path: str | os.PathLike, data: dict) -> None:
-    """Atomic: a crash mid-write leaves the old file. Raises WriteError (one line)."""
-    write_atomically(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def write_atomically(path: str | os.PathLike, text: str) -> None:
-    """`text` into `path` through a temp file, fsynced and renamed over it: a crash mid-write
-    leaves the old file. Raises WriteError (one line)."""
-    path = Path(path)
-    tmp = temp_path(path)
-    try:
-        with writing(path):
-            with open_text_no_follow(tmp, append=False) as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-    except WriteError:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise
-
-
-def rewrite_json_in_place(path: str | os.PathLike, data: dict) -> None:
-    """The last resort when `write_json` cannot make its temp file (a folder that takes no new
-    file, a disk with no free block): overwrite the existing file's own blocks. Not atomic, so
-    only for a session's last write; a crash in it leaves a file that --resume names as damaged."""
-    path = Path(path)
-    encoded = (json.dumps(data, indent=2, sort_keys=True, default=str) + "\n").encode()
-    with writing(path):
-        fd = open_no_follow(path, os.O_WRONLY)
-        try:
-            os.pwrite(fd, encoded, 0)
-            os.ftruncate(fd, len(encoded))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:

@@ -1,13 +1,15 @@
-"""What children tell the main process: small frozen records, dispatched by type.
+"""What children and the supervisor tell the main process: small frozen records, dispatched by type.
 
-Each carries the wall-clock time at which it happened (`time.time()` in the child), so the main
+A child's report carries the wall-clock time at which it happened (`time.time()` in the child), so the main
 process stamps rows with when an episode ended, not when it got round to reading the report.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .lstm_watch import LstmHealth
+if TYPE_CHECKING:
+    from .lstm_watch import LstmHealth
 
 
 @dataclass(frozen=True)
@@ -56,3 +58,28 @@ class SyncRefused:
 
 
 Message = EpisodeEnded | Evaluated | ChildRaised | WriteFailed | SyncRefused
+
+
+# -- what the supervisor reports: events, read by the session with the children's reports --------
+
+@dataclass(frozen=True)
+class Said:
+    """A line for train.log (`error`: for errors.log too)."""
+
+    text: str
+    error: bool = False
+
+
+@dataclass(frozen=True)
+class MustStop:
+    """A child died beyond the restart policy, or the nodes could not start: the run must stop."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class PidsChanged:
+    pids: dict[str, int]
+
+
+Event = Message | Said | MustStop | PidsChanged

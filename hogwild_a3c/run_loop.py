@@ -1,6 +1,6 @@
-"""The main process's jobs while a run is on, as one object: hand on what the children and the
-supervisor report, write progress rows, checkpoint, watch the run directory, call the user's
-callbacks, and shut down in order.
+"""The main process's jobs while a run is on, as one object: hand what the children and the
+supervisor report to the session's observers (the recorder, the stop policy, the rules in
+observers.py, the user's callbacks), make the progress rows, checkpoint, and shut down in order.
 
 `session.Session` builds the pieces (shared state, recorder, stop policy, children, callbacks)
 and hands them to a `RunLoop`; the loop holds no process of its own, so each job can be tested
@@ -19,16 +19,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from .callbacks import Callbacks, Evaluation
+from .callbacks import METHODS, Callbacks, Evaluation
 from .checkpoint import CheckpointError, Progress, save_checkpoint, training_payload
 from .config import Config
-from .files import DirectoryWatch
-from .messages import ChildRaised, EpisodeEnded, Evaluated, SyncRefused, WriteFailed
+from .messages import ChildRaised, EpisodeEnded, Evaluated, Event, MustStop, PidsChanged, Said, SyncRefused, WriteFailed
+from .observers import DeadLstmWarning, FileFailures, LearningWatch, TargetReturn
 from .process import CpuShare, rss_mb
 from .recorder import Recorder
 from .shared import STAT, SharedState
 from .stop_policy import EXIT_FAILED, StopPolicy
-from .supervisor import Children, Event, MustStop, PidsChanged, Said
+from .supervisor import Children
 
 COUNTERS = ("updates", "skipped_updates", "env_errors", "worker_restarts")
 RUN_DIR_CHECK_S = 1.0  # how often the loop makes sure the run directory is still there
@@ -59,12 +59,15 @@ class Clock:
         return (time.time() if wall_time is None else wall_time) - self.origin
 
 
-# Each kind of event, the children's reports and the supervisor's own, and the method that takes
-# it: names, not bound methods, so that the loop holds no reference to itself and is freed (its
+# Each kind of event, the children's reports and the supervisor's own: the observers' method that
+# takes it, and the loop's method (a name, or None for the event itself) that makes what they get.
+# Names, not bound methods, so that the loop holds no reference to itself and is freed (its
 # shared memory and pipes with it) as soon as its session ends.
-HANDLERS: dict[type, str] = {
-    EpisodeEnded: "_episode", Evaluated: "_evaluated", ChildRaised: "_raised", WriteFailed: "_write_failed",
-    SyncRefused: "_refused", Said: "_said", MustStop: "_must_stop", PidsChanged: "_pids_changed",
+ROUTES: dict[type, tuple[str, str | None]] = {
+    EpisodeEnded: ("on_episode", "_episode_row"), Evaluated: ("on_evaluation", "_evaluation"),
+    ChildRaised: ("on_child_raised", None), WriteFailed: ("on_write_failed", None),
+    SyncRefused: ("on_refused", None), Said: ("on_said", None), MustStop: ("on_must_stop", None),
+    PidsChanged: ("on_pids_changed", None),
 }
 
 
@@ -82,58 +85,40 @@ class RunLoop:
         self.rate = 0.0
         self.rate_from = (time.monotonic(), shared.global_step())
         self.cpu_share = CpuShare()
-        self.warned_dead_lstm = False
-        self.files_failure: str | None = None
         self.children = children
         self.callbacks = callbacks or Callbacks([], stop=lambda line: None, failed=lambda line: None)
-        self.watch = DirectoryWatch(run_dir)
+        self.files = FileFailures(run_dir, recorder, policy)
+        self.observers: list[Any] = [recorder, policy, TargetReturn(cfg, policy), DeadLstmWarning(recorder.log),
+                                     LearningWatch(shared, policy), self.files]
         self.bar: Any = None
 
-    # -- the jobs -------------------------------------------------------------------------------
+    # -- the events -----------------------------------------------------------------------------
 
     def handle(self, events: list[Event]) -> None:
         for event in events:
-            getattr(self, HANDLERS[type(event)])(event)
-        self.check_writes()
+            method, convert = ROUTES[type(event)]
+            self.notify(method, event if convert is None else getattr(self, convert)(event))
+        self.files.check_writes()
 
-    def _raised(self, message: ChildRaised) -> None:
-        self.recorder.error(f"{message.role} {message.rank} raised {message.summary}\n{message.traceback}")
+    def notify(self, method: str, event: Any) -> None:
+        """Every observer that has `method`, in order, then the user's callbacks (the public events only)."""
+        for observer in self.observers:
+            function = getattr(observer, method, None)
+            if function is not None:
+                function(event)
+        if method in METHODS:
+            self.callbacks.call(method, event)
 
-    def _write_failed(self, message: WriteFailed) -> None:
-        self.files_failed(message.message)
+    def _episode_row(self, message: EpisodeEnded) -> dict[str, Any]:
+        return {"time_s": self.clock.time_s(message.wall_time), "global_step": message.global_step,
+                "worker": message.rank, "episode_return": message.episode_return, "episode_length": message.length}
 
-    def _refused(self, message: SyncRefused) -> None:
-        self.policy.refuse(message.message)
-
-    def _said(self, event: Said) -> None:
-        (self.recorder.error if event.error else self.recorder.log)(event.text)
-
-    def _must_stop(self, event: MustStop) -> None:
-        self.policy.fail(event.reason)
-
-    def _pids_changed(self, event: PidsChanged) -> None:
-        self.recorder.child_pids(event.pids)
-
-    def _episode(self, message: EpisodeEnded) -> None:
-        self.recorder.episode(self.clock.time_s(message.wall_time), message.global_step, message.rank,
-                              message.episode_return, message.length)
-
-    def _evaluated(self, message: Evaluated) -> None:
-        self.recorder.evaluation(self.clock.time_s(message.wall_time), message.global_step, message.episodes,
-                                 message.mean_return)
-        self.latest_eval = message.mean_return
+    def _evaluation(self, message: Evaluated) -> Evaluation:
+        self.latest_eval = message.mean_return  # the bar shows it; the checkpoint keeps the best
         self.best = max(self.best, message.mean_return)
-        self.policy.on_evaluation([r for r, _ in message.episodes])
-        if message.lstm is not None and message.lstm.dead and not self.warned_dead_lstm:
-            self.warned_dead_lstm = True  # once: the run goes on, the user decides
-            self.recorder.log(message.lstm.warning(message.global_step))
-        self.callbacks.call("on_evaluation", Evaluation(message.global_step, tuple(r for r, _ in message.episodes),
-                                                        message.mean_return))
-
-    def check_writes(self) -> None:
-        """The recorder keeps its first failed write; the run stops on it."""
-        if self.recorder.write_failure is not None:
-            self.files_failed(self.recorder.write_failure)
+        return Evaluation(message.global_step, tuple(r for r, _ in message.episodes), message.mean_return,
+                          lengths=tuple(length for _, length in message.episodes),
+                          time_s=self.clock.time_s(message.wall_time), lstm=message.lstm)
 
     def counters(self) -> dict[str, int]:
         stats = self.shared.worker_stats
@@ -155,11 +140,7 @@ class RunLoop:
         eval_share = self.cpu_share.sample(workers, self.children.evaluator_pid())
         row = dict(time_s=self.clock.time_s(), global_step=step, steps_per_s=self.rate, **means, **self.counters(),
                    worker_rss_mb=float(np.mean(rss)) if rss else float("nan"), eval_cpu_share=eval_share)
-        self.recorder.progress(**row)
-        self.callbacks.call("on_progress", row)
-        if not self.policy.stopping:
-            self.policy.check_weights(self.shared.snapshot_weights())
-            self.policy.check_learning(self.shared.worker_stats)
+        self.notify("on_progress", row)
 
     def checkpoint(self) -> Path | None:
         """Save a training checkpoint; never of non-finite weights, so latest.pt stays the last good one."""
@@ -174,29 +155,10 @@ class RunLoop:
             path = save_checkpoint(self.run_dir / "checkpoints", payload, progress.global_step,
                                    self.cfg.keep_checkpoints)
         except CheckpointError as exc:
-            self.files_failed(str(exc))
+            self.files.failed(str(exc))
             return None
-        self.callbacks.call("on_checkpoint", path)
+        self.notify("on_checkpoint", path)
         return path
-
-    def files_failed(self, message: str) -> None:
-        """The run's files cannot be written (a full disk, a read-only or vanished run directory):
-        stop on the first such line; the rest say nothing new."""
-        if self.files_failure is not None:
-            return
-        # A write into a deleted run directory often fails before the periodic check looks.
-        problem = None if self.recorder.detached else self.watch.problem()
-        if problem is not None:
-            self.recorder.detach(problem)
-            message = _gone(problem)
-        self.files_failure = message
-        self.policy.fail(message)
-
-    def check_run_dir(self) -> None:
-        problem = None if self.recorder.detached else self.watch.problem()
-        if problem is not None:
-            self.recorder.detach(problem)
-            self.files_failed(_gone(problem))
 
     def update_bar(self) -> None:
         if self.bar is None:
@@ -216,7 +178,8 @@ class RunLoop:
 
             self.bar = tqdm(total=cfg.max_steps, initial=shared.global_step(), unit="step", unit_scale=True,
                             dynamic_ncols=True)
-        periodic = [Periodic(RUN_DIR_CHECK_S, self.check_run_dir), Periodic(cfg.progress_interval, self.write_progress),
+        periodic = [Periodic(RUN_DIR_CHECK_S, self.files.check_run_dir),
+                    Periodic(cfg.progress_interval, self.write_progress),
                     Periodic(cfg.checkpoint_interval, self.checkpoint)]
         self.recorder.log(f"run directory: {self.run_dir}")
         policy.check_budgets(shared.global_step(), self.clock.time_s())
@@ -245,14 +208,14 @@ class RunLoop:
             policy.stop("stopped")
         steps: list[Callable[[], None]] = [
             lambda: self.children.stop(lambda: policy.fast), lambda: self.handle(self.children.events()),
-            self.check_run_dir, self.write_progress, self._final_checkpoint,
+            self.files.check_run_dir, self.write_progress, self._final_checkpoint,
             lambda: recorder.end_session(policy.reason or "stopped", policy.exit_code, self.shared.global_step(),
                                          self.clock.time_s()),
             recorder.close]
         for step in steps:
             try:
                 step()
-                self.check_writes()
+                self.files.check_writes()
             except Exception as exc:  # noqa: BLE001
                 policy.exit_code = policy.exit_code or EXIT_FAILED
                 message = f"during shutdown: {type(exc).__name__}: {exc}"
@@ -260,20 +223,16 @@ class RunLoop:
                     recorder.error(message)
                 except Exception:  # noqa: BLE001 - the recorder itself may be what failed
                     print(message, file=sys.stderr)
-        self.watch.close()
+        self.files.close()
         if self.bar is not None:
             self.bar.close()
 
     def _final_checkpoint(self) -> None:
-        if self.files_failure:
+        if self.files.failure:
             # The previous checkpoint stays latest.pt: on a full disk a save would only take the
             # room kept for meta.json, and where nothing can be written it adds a second line.
             return
         path = self.checkpoint()
         if path is not None:
             self.recorder.log(f"saved {path}")
-
-
-def _gone(problem: str) -> str:
-    return f"{problem}; stopping without writing anything more there"
 

@@ -7,15 +7,10 @@ import datetime as dt
 import errno
 import fcntl
 import os
-import platform
 import re
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from . import __version__
 from .config import RENAMED, Config, config_from_dict, experiment_fields, flag_name, resumable_fields, validate
 from .envs import EnvSpecError, parse_env_kwargs, unconsented_module
 from .files import link_problem, open_no_follow, read_json_data, shown
@@ -228,74 +223,3 @@ def check_same_experiment(cfg: Config, checkpoint_config: Any, checkpoint: Path)
                 f"{Path(cfg.run_dir) / 'config.json'}: '{name}' is {shown(getattr(cfg, name))} but {checkpoint} was "
                 f"trained with {shown(checkpoint_config[name])}; config.json was edited or belongs to another run"
             ])
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def versions() -> dict[str, str]:
-    import gymnasium
-    import numpy
-    import scipy
-    import torch
-
-    found = {
-        "hogwild_a3c": __version__, "python": platform.python_version(), "torch": str(torch.__version__),
-        "gymnasium": gymnasium.__version__, "numpy": numpy.__version__, "scipy": scipy.__version__,
-    }
-    try:
-        import ale_py
-
-        found["ale_py"] = ale_py.__version__
-    except ImportError:
-        pass
-    return found
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def cpu() -> dict[str, Any]:
-    """The processor a session runs on and the vector instructions torch's kernels use on it. The
-    machines this project is measured on differ ~1.7x per rollout (an AVX-512 Xeon, an AVX2 EPYC),
-    and bf16 pays only with AVX-512 BF16 or AMX, so a run's steps/s is read against this record.
-    Each session has its own: a resumed run may continue on another machine."""
-    import torch
-
-    def supported(name: str) -> bool:  # private probes: a torch without one answers False, not an error
-        probe = getattr(torch.cpu, name, None)
-        return bool(probe()) if callable(probe) else False
-
-    return {"model": cpu_model(), "torch_capability": torch.backends.cpu.get_cpu_capability(),
-            "avx512_bf16": supported("_is_avx512_bf16_supported"), "amx": supported("_is_amx_tile_supported")}
-
-
-def new_meta(argv: list[str]) -> dict[str, Any]:
-    return {
-        "versions": versions(),
-        "git_commit": _git_commit(),
-        "cores": os.cpu_count(),
-        "host": socket.gethostname(),
-        "platform": platform.platform(),
-        "created": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "sessions": [],
-        "argv": [sys.executable, "-m", "hogwild_a3c.train", *argv],
-    }
-
-
-def now_iso() -> str:
-    return dt.datetime.now().astimezone().isoformat(timespec="seconds")

@@ -22,10 +22,11 @@ from .callbacks import ENDED, Callbacks
 from .checkpoint import Progress, restore_training
 from .files import WriteError, remove_stale_temp_files, shown
 from .logs import last_time_s
+from .meta import KILLED, close_dead_sessions
 from .model import build_model
 from .optim import LrSchedule
 from .process import flush_denormals
-from .recorder import KILLED, Recorder, close_dead_sessions
+from .recorder import Recorder
 from .run_loop import RunLoop
 from .shared import SharedState
 from .stop_policy import EXIT_FAILED, StopPolicy

@@ -1,7 +1,7 @@
 """The stop policy: when a run ends, why, and with which exit status.
 
 A run stops at the first of: a budget (`--max-steps`, `--max-seconds`), the target
-(`--target-return`, over the last `--eval-episodes` evaluation returns), a signal, or a failure
+(`--target-return`, observers.TargetReturn), a user's callback, a signal, or a failure
 (a child that died beyond the restart policy, non-finite shared weights, a worker that skipped
 `--max-skipped-updates` updates in a row, a run file that cannot be written: a checkpoint,
 best.pt, meta.json, a CSV row, a log line; a run directory deleted during the run). The first
@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from .config import Config
 from .exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM
 from .shared import STAT
+
+if TYPE_CHECKING:
+    from .messages import MustStop, SyncRefused
 
 
 class StopPolicy:
@@ -35,7 +38,6 @@ class StopPolicy:
         self.reason: str | None = None
         self.exit_code = EXIT_OK
         self.signals_seen = 0  # a signal's stop is never outranked, whatever its exit status
-        self.eval_window: list[float] = []
 
     @property
     def stopping(self) -> bool:
@@ -73,6 +75,13 @@ class StopPolicy:
         self._record_error(f"run stopping: {message}")
         self.stop(f"refused: {message}", EXIT_OK)
 
+    # The supervisor's and the syncer's stops, as events of the session.
+    def on_must_stop(self, event: MustStop) -> None:
+        self.fail(event.reason)
+
+    def on_refused(self, message: SyncRefused) -> None:
+        self.refuse(message.message)
+
     def on_signal(self, signum: int) -> None:
         self.signals_seen += 1
         name = signal.Signals(signum).name
@@ -90,13 +99,6 @@ class StopPolicy:
             self.stop("max_steps")
         elif cfg.max_seconds is not None and time_s >= cfg.max_seconds:
             self.stop("max_seconds")
-
-    def on_evaluation(self, returns: list[float]) -> None:
-        self.eval_window = (self.eval_window + list(returns))[-self.cfg.eval_episodes :]
-        target = self.cfg.target_return
-        if (target is not None and len(self.eval_window) >= self.cfg.eval_episodes
-                and np.mean(self.eval_window) >= target):
-            self.stop("target_return")
 
     def check_weights(self, weights: dict[str, torch.Tensor]) -> bool:
         """True when every weight is finite; else the run fails (check a copy, never live tensors)."""

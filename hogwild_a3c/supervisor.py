@@ -26,7 +26,7 @@ from typing import Any, Union, cast
 from .config import Config
 from .envs import EnvInfo
 from .evaluator import Evaluator, evaluator_main, evaluator_seed
-from .messages import Message
+from .messages import Event, MustStop, PidsChanged, Said
 from .model import RunningMoments
 from .process import one_thread_per_child
 from .reports import InProcessReports, ReportReader, report_pipe
@@ -70,29 +70,6 @@ class RestartBudget:
         return True
 
 
-# -- what the supervisor reports: events, read by the session with the children's reports --------
-
-@dataclass(frozen=True)
-class Said:
-    """A line for train.log (`error`: for errors.log too)."""
-
-    text: str
-    error: bool = False
-
-
-@dataclass(frozen=True)
-class MustStop:
-    """A child died beyond the restart policy, or the nodes could not start: the run must stop."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class PidsChanged:
-    pids: dict[str, int]
-
-
-Event = Message | Said | MustStop | PidsChanged
 
 
 @dataclass

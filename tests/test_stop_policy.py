@@ -3,7 +3,9 @@ import signal
 
 import torch
 
+from hogwild_a3c.callbacks import Evaluation
 from hogwild_a3c.config import Config
+from hogwild_a3c.observers import TargetReturn
 from hogwild_a3c.shared import STAT, STAT_NAMES
 from hogwild_a3c.stop_policy import StopPolicy
 
@@ -25,11 +27,16 @@ def test_budgets():
 
 def test_target_uses_the_last_eval_episodes_returns():
     p, _, _ = policy(target_return=10.0, eval_episodes=3)
-    p.on_evaluation([20.0, 20.0])
+    rule = TargetReturn(p.cfg, p)
+
+    def evaluated(*returns):
+        rule.on_evaluation(Evaluation(0, returns, sum(returns) / len(returns)))
+
+    evaluated(20.0, 20.0)
     assert not p.stopping  # not enough episodes yet
-    p.on_evaluation([0.0, 9.0])
+    evaluated(0.0, 9.0)
     assert not p.stopping  # mean of 20, 0, 9 is below 10
-    p.on_evaluation([30.0])
+    evaluated(30.0)
     assert p.reason == "target_return"
 
 

@@ -9,10 +9,11 @@ import pytest
 
 from hogwild_a3c.config import Config
 from hogwild_a3c.envs import describe_env
+from hogwild_a3c.messages import MustStop, Said
 from hogwild_a3c.model import build_model
 from hogwild_a3c.optim import LrSchedule
 from hogwild_a3c.shared import NOT_READY, SharedState
-from hogwild_a3c.supervisor import MustStop, ProcessChildren, RestartBudget, Said
+from hogwild_a3c.supervisor import ProcessChildren, RestartBudget
 from tests.helpers import alive
 
 
