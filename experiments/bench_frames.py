@@ -62,7 +62,7 @@ def screens(count: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
 
 
 def rounded_like_uint8(rgb: np.ndarray) -> np.ndarray:
-    """The seed with OpenCV's uint8 outputs imitated: each channel resized, rounded half up to a
+    """The reference's frame with OpenCV's uint8 outputs imitated: each channel resized, rounded half up to a
     whole level after each of the two resizes, then the channel mean and 1/255."""
     halve, shrink = _linear_resize_matrix(160, 80).astype(np.float64), _linear_resize_matrix(80, 42).astype(np.float64)
     out = []
@@ -84,14 +84,14 @@ def main() -> int:
     rgb, grey = screens(500)
     wrapper = Universe42(make_env("CartPole-v1"))  # only the preprocessing is timed
     old_rgb_path = lambda frame: wrapper.observation(frame.mean(axis=2))  # noqa: E731 - before this change
-    timings = {"fast (grey screen)": [], "seed (RGB screen)": [], "seed, channel mean in float64 (before)": [],
-               "env step + fast": [], "env step + seed": []}
+    timings = {"luminance (grey screen)": [], "universe (RGB screen)": [], "universe, channel mean in float64 (before)": [],
+               "env step + luminance": [], "env step + universe": []}
     for _ in range(args.repeats):
-        timings["fast (grey screen)"].append(per_call_us(wrapper.observation, grey[100], args.calls))
-        timings["seed (RGB screen)"].append(per_call_us(wrapper.observation, rgb[100], args.calls))
-        timings["seed, channel mean in float64 (before)"].append(per_call_us(old_rgb_path, rgb[100], args.calls // 5))
-        timings["env step + fast"].append(step_us("luminance", args.steps))
-        timings["env step + seed"].append(step_us("universe", args.steps))
+        timings["luminance (grey screen)"].append(per_call_us(wrapper.observation, grey[100], args.calls))
+        timings["universe (RGB screen)"].append(per_call_us(wrapper.observation, rgb[100], args.calls))
+        timings["universe, channel mean in float64 (before)"].append(per_call_us(old_rgb_path, rgb[100], args.calls // 5))
+        timings["env step + luminance"].append(step_us("luminance", args.steps))
+        timings["env step + universe"].append(step_us("universe", args.steps))
     rows = [{"what": k, "us per frame (median)": statistics.median(v), "min": min(v), "max": max(v)}
             for k, v in timings.items()]
 
@@ -101,14 +101,14 @@ def main() -> int:
     rounding_gap = max(np.abs(rounded_like_uint8(f) - o).max() for f, o in zip(rgb[::10], seed_obs[::10]))
 
     command = "make bench-frames" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")
-    text = header("Frame preprocessing: seed (RGB mean) against fast (ALE greyscale)", command, {
+    text = header("Frame preprocessing: universe (the reference's RGB mean) against luminance (ALE greyscale)", command, {
         "repeats": f"{args.repeats} x ({args.calls} preprocessing calls, {args.steps} env steps), one thread",
     })
     text += "\n" + markdown_table(rows, ["what", "us per frame (median)", "min", "max"])
     text += (
-        f"\n- Over 500 random-play Pong screens, seed and fast observations differ by up to "
+        f"\n- Over 500 random-play Pong screens, universe and luminance observations differ by up to "
         f"{grey_gap.max() * 255:.1f}/255 per pixel (mean {grey_gap.mean() * 255:.2f}/255).\n"
-        f"- Rounding each resized channel to a whole level, as OpenCV's uint8 resize does, moves the seed "
+        f"- Rounding each resized channel to a whole level, as OpenCV's uint8 resize does, moves the universe "
         f"observation by at most {rounding_gap * 255:.2f}/255 (50 of the screens).\n"
     )
     (results_dir("frames") / "frames.md").write_text(text)

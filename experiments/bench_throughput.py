@@ -126,7 +126,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=config["repeats"])
     parser.add_argument("--tag", default="", help="suffix of the result files, e.g. 'before'")
     parser.add_argument("--preset", default="universe",
-                        help="the trainer's preset (default: the seed's algorithm, 20-step rollouts, as in older "
+                        help="the trainer's preset (default: the reference's algorithm, 20-step rollouts, as in older "
                              "results; `atari` is the Atari default, 10-step rollouts)")
     parser.add_argument("--trainer-only", action="store_true",
                         help="skip the raw-env and acting references (e.g. for an older commit)")

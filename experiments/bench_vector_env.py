@@ -1,14 +1,14 @@
 """`make bench-vector-env`: acting's environment side, two ways, on one thread: the per-env Python
 loop a worker runs today (K `make_env` Pong envs, each ALE v5 + the 42x42 frame in numpy) against
 ale-py's `AtariVectorEnv` (C++ stepping of the K envs, batched raw 210x160 grey frames) with the
-seed's crop and resize done once per batch in numpy (`Frame42`'s matrices over the whole batch).
+reference's crop and resize done once per batch in numpy (`Frame42`'s matrices over the whole batch).
 
 Both run ALE v5's protocol as the Pong benchmark does: frameskip 4, ALE's last frame (no max
 pooling), no no-op starts, no FIRE, unclipped rewards, repeat_action_probability 0.0, random
 actions. The vector env is given one thread (`num_threads=1`), as each worker has one core; a
 second row gives it every core, for what a worker could get alone on a machine. Env steps per
 second (one env step = 4 frames), the median of --repeats interleaved measurements of
---seconds each. The frames of both must be the seed's 42x42: the first frames after reset are
+--seconds each. The frames of both must be the reference's 42x42: the first frames after reset are
 compared. Writes experiments/results/vector-env/<date>-<name>.md.
 """
 from __future__ import annotations

@@ -19,7 +19,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=200)
     parser.add_argument("--preset", default="universe",
-                        help="the settings to profile (default: the seed's; `atari` is the Atari default)")
+                        help="the settings to profile (default: the reference's; `atari` is the Atari default)")
     parser.add_argument("--envs-per-worker", type=int, help="default: the preset's")
     args = parser.parse_args()
 

@@ -17,7 +17,7 @@ from hogwild_a3c.shared import copy_weights
 REPO = Path(__file__).resolve().parent.parent
 
 # The smallest CartPole runs the tests train: a 16-unit LSTM, no progress bar. CARTPOLE is the
-# seed's algorithm with progress rows twice a second, which the fault tests wait on.
+# reference's algorithm with progress rows twice a second, which the fault tests wait on.
 TINY = ["--env", "CartPole-v1", "--lstm-size", "16", "--no-progress", "--progress-interval", "1"]
 CARTPOLE = ["--env", "CartPole-v1", "--preset", "universe", "--lstm-size", "16", "--no-progress",
             "--progress-interval", "0.5"]

@@ -122,7 +122,7 @@ def test_a_config_round_trips_exactly_even_where_it_is_set_back_to_the_seeds_val
     cfg = hogwild_a3c.resolve_config(env="CartPole-v1", lstm_size=16, eval_episodes=0, no_progress=True, num_workers=0,
                                      max_steps=200, run_dir=str(tmp_path / "run"))
     assert cfg.preset == "vector" and cfg.lr != Config().lr
-    cfg.lr = Config().lr  # the seed's value: dropped as "not given" until the API stopped going through argv
+    cfg.lr = Config().lr  # the reference's value: dropped as "not given" until the API stopped going through argv
     cfg.normalize_reward = False
     assert hogwild_a3c.train(cfg).ok
     assert json.loads((tmp_path / "run" / "config.json").read_text()) == cfg.to_dict()
