@@ -19,7 +19,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchlib import header, markdown_table, results_dir  # noqa: E402
-from hogwild_a3c.envs import Universe42, _linear_resize_matrix, make_env  # noqa: E402
+from hogwild_a3c.atari import Universe42, _linear_resize_matrix  # noqa: E402
+from hogwild_a3c.envs import make_env  # noqa: E402
 
 PONG = {"repeat_action_probability": 0.0}
 
@@ -84,12 +85,13 @@ def main() -> int:
     rgb, grey = screens(500)
     wrapper = Universe42(make_env("CartPole-v1"))  # only the preprocessing is timed
     old_rgb_path = lambda frame: wrapper.observation(frame.mean(axis=2))  # noqa: E731 - before this change
-    timings = {"luminance (grey screen)": [], "universe (RGB screen)": [], "universe, channel mean in float64 (before)": [],
+    old_rgb = "universe, channel mean in float64 (before)"
+    timings = {"luminance (grey screen)": [], "universe (RGB screen)": [], old_rgb: [],
                "env step + luminance": [], "env step + universe": []}
     for _ in range(args.repeats):
         timings["luminance (grey screen)"].append(per_call_us(wrapper.observation, grey[100], args.calls))
         timings["universe (RGB screen)"].append(per_call_us(wrapper.observation, rgb[100], args.calls))
-        timings["universe, channel mean in float64 (before)"].append(per_call_us(old_rgb_path, rgb[100], args.calls // 5))
+        timings[old_rgb].append(per_call_us(old_rgb_path, rgb[100], args.calls // 5))
         timings["env step + luminance"].append(step_us("luminance", args.steps))
         timings["env step + universe"].append(step_us("universe", args.steps))
     rows = [{"what": k, "us per frame (median)": statistics.median(v), "min": min(v), "max": max(v)}
@@ -101,7 +103,8 @@ def main() -> int:
     rounding_gap = max(np.abs(rounded_like_uint8(f) - o).max() for f, o in zip(rgb[::10], seed_obs[::10]))
 
     command = "make bench-frames" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")
-    text = header("Frame preprocessing: universe (the reference's RGB mean) against luminance (ALE greyscale)", command, {
+    title = "Frame preprocessing: universe (the reference's RGB mean) against luminance (ALE greyscale)"
+    text = header(title, command, {
         "repeats": f"{args.repeats} x ({args.calls} preprocessing calls, {args.steps} env steps), one thread",
     })
     text += "\n" + markdown_table(rows, ["what", "us per frame (median)", "min", "max"])
