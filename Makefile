@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-atari bench-pong bench-pong-compare bench-frames bench-precision bench-vector-env bench-act-graph profile-hot-loop plot notebook clean
+.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-minigrid bench-atari bench-pong bench-pong-compare bench-frames bench-precision bench-vector-env bench-act-graph profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ bench-cartpole: $(STAMP)
 bench-classic: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench,box2d]'
 	$(PY) experiments/bench_classic.py $(ARGS)
+
+# MiniGrid-Empty-8x8 and DoorKey-5x5 against SB3 PPO (rl-zoo); SEEDS via ARGS='--seeds 1 2'.
+bench-minigrid: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench,minigrid]'
+	$(PY) experiments/bench_minigrid.py $(ARGS)
 
 # GAMES="Breakout Qbert" and SEEDS="0 1" choose; 2.5M agent steps a game, then SB3 PPO as long.
 bench-atari: $(STAMP)

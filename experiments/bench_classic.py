@@ -96,20 +96,25 @@ def env_available(env: str) -> str | None:
     return None
 
 
-def main():
-    config = load_config("classic")
+REFERENCE = "sb3_a2c"  # the reference's name in the tables (config "reference" overrides it)
+
+
+def main(bench: str = "classic"):
+    """`bench`: the config (experiments/configs/<bench>.json) and the results folder."""
+    config = load_config(bench)
+    reference = config.get("reference", REFERENCE)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="*", default=config["seeds"])
     parser.add_argument("--envs", nargs="*", default=[e["env"] for e in config["envs"]])
     parser.add_argument("--flags", default="",
                         help="extra trainer flags (default none: the point is that none are needed)")
-    parser.add_argument("--out", default="classic", help="results file stem under experiments/results/classic/")
+    parser.add_argument("--out", default=bench, help=f"results file stem under experiments/results/{bench}/")
     args = parser.parse_args()
     try:
         import stable_baselines3  # noqa: F401
     except ImportError:
         raise SystemExit(
-            "error: make bench-classic needs SB3: pip install -e '.[bench]' (make bench-classic does it)"
+            f"error: make bench-{bench} needs SB3: pip install -e '.[bench]' (make bench-{bench} does it)"
         ) from None
     stamp = time.strftime("%Y%m%d-%H%M%S")
     window = int(config["window"])
@@ -124,10 +129,10 @@ def main():
             print(notes[-1], flush=True)
             continue
         for seed in args.seeds:
-            for agent in ("hogwild_a3c", "sb3_a2c"):
+            for agent in ("hogwild_a3c", reference):
                 load1 = round(os.getloadavg()[0], 2)  # this machine is shared: how busy it was
                 if agent == "hogwild_a3c":
-                    run_dir = RUNS / "classic" / f"{stamp}-{env}-s{seed}"
+                    run_dir = RUNS / bench / f"{stamp}-{env.replace(':', '_')}-s{seed}"
                     result = run_ours(env, seed, spec["target"], window, spec["budget_s"], run_dir, args.flags.split())
                     result["run_dir"] = str(run_dir.relative_to(EXPERIMENTS.parent))
                 else:
@@ -136,15 +141,16 @@ def main():
                 row = {"env": env, "target": spec["target"], "agent": agent, "seed": seed, **result, "load1": load1}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-                render(rows, notes, config, args.seeds, args.flags, args.out)
-    print(render(rows, notes, config, args.seeds, args.flags, args.out))
+                render(rows, notes, config, args.seeds, args.flags, args.out, bench)
+    print(render(rows, notes, config, args.seeds, args.flags, args.out, bench))
 
 
-def render(rows: list[dict], notes: list[str], config: dict, seeds: list[int], flags: str, out: str) -> str:
-    """Write experiments/results/classic/<out>.{csv,md} from the runs so far (called after every run, so
+def render(rows: list[dict], notes: list[str], config: dict, seeds: list[int], flags: str, out: str,
+           bench: str = "classic") -> str:
+    """Write experiments/results/<bench>/<out>.{csv,md} from the runs so far (called after every run, so
     an interrupted benchmark still leaves its table)."""
     window = int(config["window"])
-    out_dir = results_dir("classic")
+    out_dir = results_dir(bench)
     columns = ["env", "target", "agent", "seed", "reached", "time_s", "wall_s", "steps", "final_mean", "load1",
                "run_dir"]
     with open(out_dir / f"{out}.csv", "w", newline="") as f:
@@ -153,7 +159,7 @@ def render(rows: list[dict], notes: list[str], config: dict, seeds: list[int], f
         writer.writerows({c: r[c] for c in columns} for r in rows)
     summary = []
     for env in dict.fromkeys(r["env"] for r in rows):
-        for agent in ("hogwild_a3c", "sb3_a2c"):
+        for agent in ("hogwild_a3c", config.get("reference", REFERENCE)):
             runs = [r for r in rows if r["env"] == env and r["agent"] == agent]
             if not runs:  # the table is written after every run, before each agent has one
                 continue
@@ -174,11 +180,12 @@ def render(rows: list[dict], notes: list[str], config: dict, seeds: list[int], f
                 f"median of seeds {seeds}",
         "hogwild_a3c flags": f"--env ENV --seed S{(' ' + flags) if flags else ''} "
                              "(no tuning flags; --eval-episodes 0 --no-progress for the benchmark)",
-        "SB3": f"stable-baselines3 {stable_baselines3.__version__}, A2C MlpPolicy, rl-zoo settings per env in "
-               "experiments/configs/classic.json (LunarLander: rl-zoo's lr 8.3e-4 held constant, since rl-zoo "
-               "decays it linearly over its own step budget), torch threads 1",
+        "SB3": f"stable-baselines3 {stable_baselines3.__version__}, " + config.get("reference_about", (
+            "A2C MlpPolicy, rl-zoo settings per env in experiments/configs/classic.json (LunarLander: rl-zoo's lr "
+            "8.3e-4 held constant, since rl-zoo decays it linearly over its own step budget), torch threads 1")),
     }
-    text = header("Classic control: this trainer with no flags against SB3 A2C (rl-zoo)", "make bench-classic", extra)
+    title = config.get("title", "Classic control: this trainer with no flags against SB3 A2C (rl-zoo)")
+    text = header(title, f"make bench-{bench}", extra)
     text += "\n" + markdown_table(summary, list(summary[0])) if summary else "\nno runs\n"
     text += "\n" + markdown_table(rows, columns) if rows else ""
     for note in notes:

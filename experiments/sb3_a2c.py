@@ -1,9 +1,11 @@
-"""SB3 A2C with rl-zoo's hyperparameters on one env until the mean of the last WINDOW training
-episodes reaches TARGET; prints one JSON line. The reference for `make bench-classic`; run as
-its own process so each run starts cold, like the trainer's.
+"""SB3 A2C (or PPO) with rl-zoo's hyperparameters on one env until the mean of the last WINDOW
+training episodes reaches TARGET; prints one JSON line. The reference for `make bench-classic`
+and `make bench-minigrid`; run as its own process so each run starts cold, like the trainer's.
 
 usage: sb3_a2c.py ENV SEED TARGET BUDGET_S LAUNCH_TIME JSON_SETTINGS
-JSON_SETTINGS: {"n_envs": 8, "normalize": false, "threads": 1, "kwargs": {...A2C keyword arguments}}
+JSON_SETTINGS: {"n_envs": 8, "normalize": false, "threads": 1, "kwargs": {...keyword arguments},
+                "algo": "A2C" or "PPO", "env_wrapper": "module.Class" (rl-zoo's env_wrapper, e.g.
+                minigrid.wrappers.FlatObsWrapper; its module is imported first, which registers its envs)}
 """
 import collections
 import json
@@ -20,7 +22,9 @@ def main():
     import torch
 
     torch.set_num_threads(int(settings.get("threads", 1)))
-    from stable_baselines3 import A2C
+    import importlib
+
+    import stable_baselines3
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
@@ -43,11 +47,16 @@ def main():
                 return False
             return now - self.start < budget_s
 
+    wrapper = None
+    if settings.get("env_wrapper"):
+        module, _, name = settings["env_wrapper"].rpartition(".")
+        wrapper = getattr(importlib.import_module(module), name)
     start = time.time()
-    venv = make_vec_env(env_id, n_envs=int(settings["n_envs"]), seed=seed)
+    venv = make_vec_env(env_id, n_envs=int(settings["n_envs"]), seed=seed, wrapper_class=wrapper)
     if settings.get("normalize"):
         venv = VecNormalize(venv, gamma=settings.get("kwargs", {}).get("gamma", 0.99))
-    model = A2C("MlpPolicy", venv, seed=seed, device="cpu", **settings.get("kwargs", {}))
+    algo = getattr(stable_baselines3, settings.get("algo", "A2C"))
+    model = algo("MlpPolicy", venv, seed=seed, device="cpu", **settings.get("kwargs", {}))
     callback = UntilTarget(start)
     model.learn(total_timesteps=10**9, callback=callback)
     result = callback.result or {"reached": False, "time_s": time.time() - start, "wall_s": time.time() - launched,

@@ -24,6 +24,7 @@ from .atari import Frame42, is_atari
 from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint, step_problem
 from .config import OLD_FIELD_NAMES, Config, config_from_dict, flag_name, typed_values, with_current_names
 from .envs import EnvInfo, EnvSpecError, describe_env, env_options, make_env, unconsented_module
+from .files import shown
 from .model import ActorCritic, State, build_model, model_size_problem, sample_actions
 from .session import TrainResult
 
@@ -145,8 +146,9 @@ class PolicyError(ValueError):
 
 class Policy:
     """A trained policy for an env loop of your own: `initial_state()`, then `act(obs, state)`
-    for each observation. Observations are what `make_env()` returns; raw Atari frames
-    (210x160 grey or 210x160x3 RGB) are preprocessed as in training."""
+    for each observation. Observations are what `make_env()` returns, or the env's own: raw Atari
+    frames (210x160 grey or 210x160x3 RGB) are preprocessed as in training, and an env whose
+    observations training packed (a dict, an image, a discrete value) is packed the same way."""
 
     def __init__(self, model: ActorCritic, cfg: Config, env_info: EnvInfo, checkpoint: Path,
                  global_step: int | None = None):
@@ -165,6 +167,13 @@ class Policy:
         return self.model.initial_state(1)
 
     def _prepare(self, obs: Any) -> torch.Tensor:
+        layout = self.env_info.layout
+        if layout is not None and not (isinstance(obs, np.ndarray) and obs.shape == self.env_info.obs_shape):
+            try:
+                obs = layout.pack(obs)  # the env's own observation (make_env's is packed already)
+            except (KeyError, IndexError, TypeError, ValueError) as exc:
+                raise ValueError(f"observation {shown(obs)} does not fit this policy's observation space: "
+                                 f"{layout.describe()} ({type(exc).__name__}: {exc})") from None
         obs = np.asarray(obs)
         if obs.shape != self.env_info.obs_shape and self._frame42 is not None and obs.shape[:2] == (210, 160):
             obs = self._frame42(obs)
@@ -213,12 +222,12 @@ def load_policy(path: str | Path, env: str | None = None) -> Policy:
                           f"imports code by itself: pass --env {cfg.env} to allow it")
     try:
         info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
-        too_large = model_size_problem(info.obs_shape, info.num_actions, cfg)
+        too_large = model_size_problem(info.obs_shape, info.num_actions, cfg, info.layout)
         if too_large:
             raise PolicyError(f"{found}: its saved config's {too_large}")
         with torch.device("meta"):  # the shapes alone: a crafted config allocates nothing before it is refused
-            check_model_fits(payload, found, build_model(info.obs_shape, info.num_actions, cfg))
-        model = build_model(info.obs_shape, info.num_actions, cfg)
+            check_model_fits(payload, found, build_model(info.obs_shape, info.num_actions, cfg, info.layout))
+        model = build_model(info.obs_shape, info.num_actions, cfg, info.layout)
     except (EnvSpecError, CheckpointError) as exc:
         raise PolicyError(str(exc)) from None
     model.load_state_dict(payload["model"])

@@ -46,13 +46,17 @@ class Config:
     )
     # Where the defaults below come from (see hogwild_a3c/presets/ and README "Presets")
     preset: str = _opt("auto", "settings to start from: auto picks by env (the env's own preset file if the package "
-                       "has one, else `atari` for Atari frames and `vector` for vector observations); or a preset "
+                       "has one, else `atari` for Atari frames, `grid` for small grid images such as MiniGrid's, "
+                       "`vector` for the rest); or a preset "
                        "name: atari, universe, vector, ...; --config and flags override it")
     config: str | None = _opt(None, experiment=False, help="a JSON file of settings (keys are flag names with _ or -, "
                               "e.g. {\"lr\": 0.001}); it may name a \"preset\" to start from; flags override it")
     frame: str = _opt("luminance", "how Atari frames become grey: luminance = ALE's own luminance greyscale; universe "
                       "= the mean of the RGB channels, as universe's _process_frame42 (35 us more per frame); other "
                       "envs ignore it", choices=["luminance", "universe", *RENAMED], metavar="{luminance,universe}")
+    image_size: int = _opt(42, "images that are not Atari frames and larger than SIZE on a side become grey and "
+                           "SIZE x SIZE, as the reference treats pixels; smaller ones go to the conv as they are "
+                           "(a grid of up to 16 a side, such as MiniGrid's, at full resolution)", metavar="SIZE")
     # The Atari protocol (other envs ignore all but --clip-reward); `--preset universe` has none of it
     clip_reward: bool = _opt(False, "clip each reward to [-1, 1] for learning, as the A3C paper does on Atari; the "
                              "logged and evaluated returns stay unclipped", negatable=True)
@@ -169,7 +173,7 @@ PRESET_FIELDS = {
     "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "lr_warmup_updates", "lr_decay_steps",
     "entropy_coef", "value_coef", "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size",
     "activation", "loss_reduction", "normalize_obs", "normalize_reward", "value_net", "clip_reward", "life_loss",
-    "fire_reset", "max_pool",
+    "fire_reset", "max_pool", "image_size",
 }
 
 
@@ -413,6 +417,7 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(cfg.lstm_size >= 1, "lstm_size", "an integer >= 1", cfg.lstm_size)
     need(math.isfinite(cfg.lstm_forget_bias), "lstm_forget_bias", "a finite number", cfg.lstm_forget_bias)
     need(cfg.hidden_size >= 1, "hidden_size", "an integer >= 1", cfg.hidden_size)
+    need(8 <= cfg.image_size <= 256, "image_size", "an integer from 8 to 256", cfg.image_size)
     # torchrun's SIGTERM reaches the trainer's whole process group, a forkserver too, whose death
     # kills every child before the node's stop vote can go out.
     need(cfg.start_method == "spawn" or "TORCHELASTIC_RUN_ID" not in os.environ, "start_method",

@@ -1,6 +1,7 @@
-"""Environment construction: any Gymnasium env with a Discrete action space and a flat vector
-observation, or Atari with the universe 42x42 preprocessing (the frames and the Atari protocol
-are in `atari.py`).
+"""Environment construction: any Gymnasium env with a Discrete action space, or Atari with the
+universe 42x42 preprocessing (the frames and the Atari protocol are in `atari.py`). Observations
+other than a flat vector and the Atari frame (images, Dict, Tuple, Discrete) are packed into one
+vector by `observations.FlatObservation`.
 
 `describe_env` is called once in the main process, before any child starts, so that an unknown
 id, a continuous action space or an observation the model cannot take is reported as one clear
@@ -35,6 +36,7 @@ from .atari import (
 )
 from .config import RENAMED
 from .files import shown
+from .observations import FlatObservation, ObservationError, ObsLayout, layout_of
 
 # What other modules and the benchmarks import from here: the Atari pieces live in atari.py.
 __all__ = ["ATARI_CROP_ROWS", "FRAME_MODES", "FRAME_SIZE", "AtariSteps", "EnvInfo", "EnvSpecError", "Frame42",
@@ -83,13 +85,15 @@ def make_env(
     frame: str = "luminance",
     max_pool: bool = False,
     fire_reset: bool = False,
+    image_size: int = FRAME_SIZE,
 ) -> gym.Env:
     """Build one training environment; safe to call in any process.
 
     `frame` ("luminance" or "universe", see FRAME_MODES; the old name "fast" is taken too) chooses
     how Atari frames become grey; other envs ignore it. `env_kwargs={"obs_type": "rgb"}` also
     gives universe's frames. `max_pool` and `fire_reset` are the Atari protocol of `AtariSteps`;
-    other envs ignore them too.
+    other envs ignore them too. `image_size`: the side that images larger than it (not Atari's)
+    are resized to (observations.py).
     """
     frame = RENAMED.get(frame, frame)
     frame = RENAMED.get(frame, frame)
@@ -118,6 +122,9 @@ def make_env(
         env: gym.Env = Universe42(AtariSteps(gym.make(env_id, **kwargs), skip, max_pool, fire_reset))
         return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps is not None else env
     env = gym.make(env_id, **kwargs)
+    layout = layout_of(env.observation_space, image_size)
+    if layout is not None:
+        env = FlatObservation(env, layout)
     space = env.action_space
     if isinstance(space, gym.spaces.Discrete) and int(space.start) != 0:
         return ActionsFromZero(env)
@@ -144,7 +151,24 @@ def _namespace_hint(env_id: str) -> str:
     if "/" in env_id or ":" in env_id:
         return ""
     matches = sorted(name for name in gym.registry if name.endswith("/" + env_id))
-    return f"; did you mean {' or '.join(repr(m) for m in matches[:3])}?" if matches else ""
+    if matches:
+        return f"; did you mean {' or '.join(repr(m) for m in matches[:3])}?"
+    package = _registering_package(env_id)
+    return f"; {package} registers its envs when imported: give --env {package}:{env_id}" if package else ""
+
+
+def _registering_package(env_id: str) -> str | None:
+    """An installed package named like the id's first word (MiniGrid-Empty-5x5-v0 -> minigrid),
+    which would register it when imported; found without importing anything."""
+    import importlib.util
+
+    word = re.split(r"[-/_]", env_id, maxsplit=1)[0].lower()
+    if not word.isidentifier() or word in ("gymnasium", "gym", "ale_py", "ale"):
+        return None
+    try:
+        return word if importlib.util.find_spec(word) is not None else None
+    except (ImportError, ValueError):
+        return None
 
 
 def _kwargs_error(env_id: str, env_kwargs: dict[str, Any], exc: TypeError) -> str:
@@ -264,21 +288,33 @@ def check_spawnable(env_id: str, start_method: str = "spawn") -> str | None:
 class EnvInfo:
     obs_shape: tuple[int, ...]
     num_actions: int
+    layout: ObsLayout | None = None  # how observations are packed, when they are (observations.py)
 
 
 def env_options(cfg: Any) -> dict[str, Any]:
     """The settings of a run's `Config` that `make_env` takes besides the id and its kwargs."""
-    return {"frame": cfg.frame, "max_pool": cfg.max_pool, "fire_reset": cfg.fire_reset}
+    return {"frame": cfg.frame, "max_pool": cfg.max_pool, "fire_reset": cfg.fire_reset, "image_size": cfg.image_size}
+
+
+def _has_layout(env: gym.Env) -> bool:
+    try:
+        env.get_wrapper_attr("layout")
+    except AttributeError:
+        return False
+    return True
 
 
 def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: str = "luminance",
-                 max_pool: bool = False, fire_reset: bool = False) -> EnvInfo:
+                 max_pool: bool = False, fire_reset: bool = False, image_size: int = FRAME_SIZE) -> EnvInfo:
     """Make the env once, check the model can train on it, and return what the model needs."""
     steps = (env_kwargs or {}).get("max_episode_steps")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise EnvSpecError(f"--env-kwargs max_episode_steps must be an integer >= 1 (got {steps!r})")
     try:
-        env = make_env(env_id, env_kwargs, frame=frame, max_pool=max_pool, fire_reset=fire_reset)
+        env = make_env(env_id, env_kwargs, frame=frame, max_pool=max_pool, fire_reset=fire_reset,
+                       image_size=image_size)
+    except ObservationError as exc:
+        raise EnvSpecError(f"--env '{env_id}': {exc}") from None
     except ModuleNotFoundError as exc:
         raise EnvSpecError(f"--env '{env_id}': cannot import module '{exc.name}'") from None
     except gym.error.Error as exc:
@@ -298,14 +334,8 @@ def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: s
                 f"--env '{env_id}': action space {env.action_space} is not Discrete; "
                 "A3C here samples from a categorical policy"
             )
-        space = env.observation_space
-        shape = tuple(space.shape or ())
-        usable = isinstance(space, gym.spaces.Box) and (len(shape) == 1 or shape == (1, FRAME_SIZE, FRAME_SIZE))
-        if not usable:
-            raise EnvSpecError(
-                f"--env '{env_id}': observation space {space} is neither a flat vector nor an Atari "
-                "frame; wrap the env so it returns a 1-D Box"
-            )
-        return EnvInfo(obs_shape=shape, num_actions=int(env.action_space.n))
+        packed = env.get_wrapper_attr("layout") if _has_layout(env) else None
+        return EnvInfo(obs_shape=tuple(env.observation_space.shape or ()), num_actions=int(env.action_space.n),
+                       layout=packed)
     finally:
         env.close()

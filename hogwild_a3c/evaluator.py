@@ -142,7 +142,7 @@ class Evaluator:
                  seed: int):
         self.cfg = cfg
         self.link = link
-        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
+        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg, env_info.layout)
         self.envs = [make_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
                      for _ in range(min(MAX_EVAL_ENVS, max(1, cfg.eval_episodes)))]
         self.rng = np.random.default_rng(seed)

@@ -4,8 +4,8 @@ A run's settings are resolved once, before any process starts, in this order (la
 
 1. the `Config` dataclass defaults: universe's algorithm (universe-starter-agent on Atari);
 2. a preset: `--preset NAME`, or with `--preset auto` (the default) the env's own file
-   `presets/<env id>.json` if the package has one, else `atari` for Atari frames and `vector` for
-   vector observations;
+   `presets/<env id>.json` if the package has one, else `atari` for Atari frames, `grid` for small
+   grid images (MiniGrid) and `vector` for the rest;
 3. `--config FILE`, a user's JSON file of settings (it may name a `"preset"` to start from);
 4. the flags given on the command line.
 
@@ -38,17 +38,30 @@ def env_preset_name(env_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", env_id.partition(":")[2] or env_id)
 
 
-def auto_preset(env_id: str) -> str:
-    """The env's own preset if there is one; else by the observation family."""
+def auto_preset(env_id: str, env_kwargs: Any = None) -> str:
+    """The env's own preset if there is one; else by the observation family: `atari` for Atari
+    frames, `grid` for an observation holding a small grid image (MiniGrid's), `vector` for the
+    rest. Only the observation space is read (the env is made and closed)."""
     own = env_preset_name(env_id)
     if (PRESET_DIR / f"{own}.json").is_file():
         return own
     from .atari import is_atari
-    from .envs import _import_env_module
+    from .envs import _import_env_module, parse_env_kwargs
+    from .observations import has_small_grid
 
     try:
-        return "atari" if is_atari(_import_env_module(env_id)) else "vector"
-    except Exception:  # noqa: BLE001 - an unknown id is reported by describe_env, with its own line
+        name = _import_env_module(env_id)
+        if is_atari(name):
+            return "atari"
+        kwargs = env_kwargs if isinstance(env_kwargs, dict) else parse_env_kwargs(env_kwargs or [])
+        import gymnasium
+
+        env = gymnasium.make(name, **kwargs)
+        try:
+            return "grid" if has_small_grid(env.observation_space) else "vector"
+        finally:
+            env.close()
+    except Exception:  # noqa: BLE001 - an unknown id or a bad kwarg is reported by describe_env, with its own line
         return "vector"
 
 
@@ -119,7 +132,8 @@ def resolve(given: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     env = given.get("env", from_file.get("env", Config.env))
     name = given.get("preset", from_file.get("preset", "auto"))
     if name == "auto":
-        name = auto_preset(env if isinstance(env, str) else Config.env)
+        name = auto_preset(env if isinstance(env, str) else Config.env,
+                           given.get("env_kwargs", from_file.get("env_kwargs")))
     for flag, value in (("--preset", name), ("--frame", given.get("frame", from_file.get("frame")))):
         if value in RENAMED:
             print(f"note: {flag} {value} is called {RENAMED[value]} now (the reference, universe-starter-agent, "

@@ -79,7 +79,8 @@ class Session:
     def _shared_state(self) -> tuple[SharedState, Progress, int]:
         prepared, cfg = self.prepared, self.prepared.cfg
         torch.manual_seed(cfg.seed)
-        model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg)
+        model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg,
+                            prepared.env_info.layout)
         schedule = LrSchedule(cfg.lr, cfg.lr_warmup_updates, cfg.lr_decay_steps)
         shared = SharedState.create(model, max(1, cfg.num_workers or 0), cfg.optimizer, schedule)
         if prepared.payload is not None:
@@ -132,7 +133,11 @@ class Session:
         return TrainResult(run_dir, policy.exit_code, ended, shared.global_step())
 
     def _say_what_was_found(self, recorder: Recorder, dead_sessions: list[dict[str, Any]]) -> None:
-        run_dir = self.prepared.run_dir
+        run_dir, layout = self.prepared.run_dir, self.prepared.env_info.layout
+        if layout is not None:
+            recorder.log(f"observation packed into {layout.size} numbers: {layout.describe()}"
+                         + (" (no encoder takes those kinds: text, or other spaces that are not arrays)"
+                            if layout.dropped else ""))
         for dead in dead_sessions:
             # Its fields were read from a file: shown, so a crafted one cannot write a line of its own.
             recorder.log(f"session {shown(dead.get('session'))} (pid {shown(dead.get('pid'))}) has no clean end in "

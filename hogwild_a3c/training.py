@@ -58,7 +58,7 @@ def _describe(cfg: Config) -> EnvInfo:
         info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
     except EnvSpecError as exc:
         raise ConfigError([str(exc)]) from None
-    too_large = model_size_problem(info.obs_shape, info.num_actions, cfg)
+    too_large = model_size_problem(info.obs_shape, info.num_actions, cfg, info.layout)
     if too_large:
         raise ConfigError([f"--lstm-size/--hidden-size: {too_large}"])
     problem = check_spawnable(cfg.env, cfg.start_method) if cfg.num_workers else None
@@ -122,7 +122,7 @@ def _prepare_resume(resume_dir: str, args: dict[str, Any], rejoin: bool = False)
             payload, path = load_latest(run_dir / "checkpoints", warn=lambda m: print(m, file=sys.stderr))
             check_same_experiment(cfg, payload.get("config"), path)
             with torch.device("meta"):  # only the shapes are compared: nothing is allocated to refuse a file
-                model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
+                model = build_model(env_info.obs_shape, env_info.num_actions, cfg, env_info.layout)
             check_training_payload(payload, path, model, cfg.optimizer)
         except NoCheckpointError as exc:
             # A run killed before its first save: nothing trained was kept, so it starts again

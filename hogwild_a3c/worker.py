@@ -95,7 +95,7 @@ class Worker:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.num_envs = cfg.envs_per_worker
-        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg)
+        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg, env_info.layout)
         # Walking the module tree for parameters() costs more than a small model's update step.
         self.params = list(self.model.parameters())
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]

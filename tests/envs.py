@@ -85,7 +85,7 @@ class BoxActionEnv(CountingEnv):
 
 
 class ImageEnv(CountingEnv):
-    """An observation the model cannot take: a 3-D image that is not 1x42x42."""
+    """A 64x64 RGB image, larger than --image-size: made grey and resized to 42x42."""
 
     def __init__(self):
         super().__init__()
@@ -100,11 +100,29 @@ def scaled_cartpole(scale: float = 100.0) -> gym.Env:
 if "ScaledCartPole-v1" not in gym.registry:
     gym.register("ScaledCartPole-v1", entry_point=f"{__name__}:scaled_cartpole")
 
+class RankFourEnv(CountingEnv):
+    """An observation no encoder takes: a Box of rank 4 (a stack of images)."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Box(0, 255, (2, 8, 8, 3), np.uint8)
+
+
+class TextOnlyEnv(CountingEnv):
+    """A Dict observation with nothing in it an encoder takes: only text."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Dict({"mission": gym.spaces.Text(12)})
+
+
 for _name, _cls in [
     ("Counting-v0", CountingEnv),
     ("Faulty-v0", FaultyEnv),
     ("BoxAction-v0", BoxActionEnv),
     ("Image-v0", ImageEnv),
+    ("RankFour-v0", RankFourEnv),
+    ("TextOnly-v0", TextOnlyEnv),
 ]:
     if _name not in gym.registry:
         gym.register(_name, entry_point=f"{__name__}:{_cls.__name__}")
@@ -176,3 +194,68 @@ class CueRecallEnv(gym.Env):
 
 if "CueRecall-v0" not in gym.registry:
     gym.register("CueRecall-v0", entry_point=f"{__name__}:CueRecallEnv")
+
+
+class CueImageEnv(gym.Env):
+    """A task only the image solves (and, as a dict, the image with its `flip` key): each step one
+    of the four quadrants of an 8x8 image is lit, and the action that names it (shifted by 2
+    where `flip` is 1) earns 1/8; 8 steps an episode, so a return of 1 is every step right and
+    chance is 0.25. `form`: "hwc" (uint8 HxWxC), "chw" (uint8 CxHxW), "float" (float32 HxWxC in
+    [0, 1]) or "dict" (the uint8 image, `flip` as a Discrete, a `noise` vector and a `mission`
+    text, which the trainer drops)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
+    SIZE, STEPS = 8, 8
+
+    def __init__(self, form: str = "hwc", render_mode: str | None = None):
+        self.form, self.render_mode = form, render_mode
+        image = {"hwc": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8), "chw": gym.spaces.Box(0, 255, (3, 8, 8), np.uint8),
+                 "float": gym.spaces.Box(0.0, 1.0, (8, 8, 3), np.float32)}
+        self.observation_space = gym.spaces.Dict({
+            "image": image["hwc"], "flip": gym.spaces.Discrete(2),
+            "noise": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "mission": gym.spaces.Text(12),
+        }) if form == "dict" else image[form]
+        self.action_space = gym.spaces.Discrete(4)
+
+    def _image(self) -> np.ndarray:
+        lit = np.zeros((self.SIZE, self.SIZE, 3), dtype=np.uint8)
+        half = self.SIZE // 2
+        row, col = divmod(self.cue, 2)
+        lit[row * half:(row + 1) * half, col * half:(col + 1) * half] = 255
+        return lit
+
+    def _obs(self):
+        image = self._image()
+        if self.form == "chw":
+            return image.transpose(2, 0, 1).copy()
+        if self.form == "float":
+            return image.astype(np.float32) / 255.0
+        if self.form == "dict":
+            return {"image": image, "flip": self.flip, "mission": "nameit",
+                    "noise": self.np_random.uniform(-1, 1, 2).astype(np.float32)}
+        return image
+
+    def _draw(self) -> None:
+        self.cue = int(self.np_random.integers(4))
+        self.flip = int(self.np_random.integers(2)) if self.form == "dict" else 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self._draw()
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = float(int(action) == (self.cue + 2 * self.flip) % 4) / self.STEPS
+        self.t += 1
+        self._draw()
+        return self._obs(), reward, self.t >= self.STEPS, False, {}
+
+    def render(self):
+        return np.kron(self._image(), np.ones((8, 8, 1), dtype=np.uint8))  # 64x64 RGB: video codecs want more than 8
+
+
+for _name, _form in [("CueImage-v0", "hwc"), ("CueImageCHW-v0", "chw"), ("CueImageFloat-v0", "float"),
+                     ("CueDict-v0", "dict")]:
+    if _name not in gym.registry:
+        gym.register(_name, entry_point=f"{__name__}:CueImageEnv", kwargs={"form": _form})

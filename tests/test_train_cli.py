@@ -65,7 +65,9 @@ def test_serial_run_is_exactly_repeatable(tmp_path):
 BAD_INPUTS = [
     (["--env", "NoSuchEnv-v0"], "--env 'NoSuchEnv-v0'"),
     (["--env", "Pendulum-v1"], "not Discrete"),
-    (["--env", "tests.envs:Image-v0"], "neither a flat vector"),
+    (["--env", "tests.envs:RankFour-v0"], "a Box of rank 4 (shape (2, 8, 8, 3)) is not supported; supported: a Box"),
+    (["--env", "tests.envs:TextOnly-v0"], "nothing in it is an array or a discrete value (dropped: mission (Text))"),
+    (["--env", "tests.envs:Image-v0", "--image-size", "4"], "--image-size must be an integer from 8 to 256 (got 4)"),
     (["--env", "no_such_module:Env-v0"], "cannot import module"),
     (["--env", "CartPole-v1", "--env-kwargs", "=3"], "--env-kwargs"),
     (["--env", "CartPole-v1", "--env-kwargs", "no_such_kwarg=1"], "--env-kwargs"),
