@@ -55,3 +55,28 @@ def test_cartpole_with_the_feed_forward_core_on_the_vector_preset(tmp_path):
     code, mean, _ = _learn(tmp_path, "--env", "CartPole-v1", "--core", "mlp", "--rollout-steps", "5", target=195,
                            budget_s=600)
     assert code == 0 and mean >= 195
+
+
+def _learn_within_steps(tmp_path, env, target, max_steps):
+    """A run with no flag but --env and the budget: it must end at the target, within the steps."""
+    run_dir = tmp_path / "run"
+    code = train.main(["--env", env, "--num-workers", "2", "--target-return", str(target), "--eval-episodes", "10",
+                       "--eval-interval", "5", "--max-steps", str(max_steps), "--no-progress",
+                       "--run-dir", str(run_dir)])
+    meta = json.loads((run_dir / "meta.json").read_text())
+    return code, meta["sessions"][-1]["ended"], json.loads((run_dir / "config.json").read_text())
+
+
+@pytest.mark.timeout(900)
+def test_minigrid_empty_8x8_to_an_evaluation_mean_of_0_9_within_200k_steps(tmp_path):
+    pytest.importorskip("minigrid")
+    code, ended, config = _learn_within_steps(tmp_path, "minigrid:MiniGrid-Empty-8x8-v0", 0.9, 200_000)
+    assert config["preset"] == "grid"
+    assert code == 0 and ended == "target_return"
+
+
+@pytest.mark.timeout(1800)
+def test_minigrid_doorkey_5x5_to_an_evaluation_mean_of_0_9_within_500k_steps(tmp_path):
+    pytest.importorskip("minigrid")
+    code, ended, _ = _learn_within_steps(tmp_path, "minigrid:MiniGrid-DoorKey-5x5-v0", 0.9, 500_000)
+    assert code == 0 and ended == "target_return"
