@@ -96,7 +96,6 @@ def make_env(
     are resized to (observations.py).
     """
     frame = RENAMED.get(frame, frame)
-    frame = RENAMED.get(frame, frame)
     if frame not in FRAME_MODES:
         raise EnvSpecError(f"--frame must be one of {', '.join(FRAME_MODES)} (got {frame!r})")
     kwargs = dict(env_kwargs or {})
