@@ -9,12 +9,12 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-minigrid bench-atari bench-pong bench-pong-compare bench-frames bench-precision bench-vector-env bench-act-graph profile-hot-loop plot notebook clean
+.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-minigrid bench-atari bench-pong bench-pong-compare bench-frames bench-precision bench-vector-env bench-act-graph bench-act-backend profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev,onnx]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -83,6 +83,12 @@ bench-precision: $(STAMP)
 
 bench-act-graph: $(STAMP)
 	$(PY) experiments/bench_act_graph.py $(ARGS)
+
+# The acting forward in torch, torch.compile, a frozen TorchScript graph, ONNX Runtime and
+# OpenVINO (installed here for the comparison only; the trainer never imports it).
+bench-act-backend: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench-act]'
+	$(PY) experiments/bench_act_backend.py $(ARGS)
 
 bench-vector-env: $(STAMP)
 	$(PY) experiments/bench_vector_env.py $(ARGS)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .acting import make_actor
 from .checkpoint import save_best
 from .config import Config
 from .envs import EnvInfo, env_options, make_env
@@ -81,12 +82,15 @@ def play_episodes(
     episodes: int,
     should_stop: Callable[[], bool] = lambda: False,
     watch: LstmWatch | None = None,
+    step: Callable[[torch.Tensor, State], tuple[torch.Tensor, torch.Tensor, State]] | None = None,
 ) -> list[tuple[float, int]] | None:
     """Play `episodes` episodes of the sampled policy on `envs` side by side: each step is one
     forward for every env still playing, each with its own LSTM state, and an env that ends its
     episode starts another while fewer than `episodes` have started. Every episode started is
     played to its end, so short ones are not favoured. (return, length) in the order the episodes
-    ended; None if `should_stop` (asked every 64 steps) said so."""
+    ended; None if `should_stop` (asked every 64 steps) said so. `step`: the acting backend's
+    (`acting.Actor.step`), the model's own by default."""
+    step = model.step if step is None else step
     count = len(envs)
     obs: list[np.ndarray] = [np.empty(0, dtype=np.float32)] * count
     totals, lengths = [0.0] * count, [0] * count
@@ -110,8 +114,8 @@ def play_episodes(
     with torch.no_grad():
         while playing:
             rows = torch.tensor(playing)
-            logits, _, (h_rows, c_rows) = model.step(torch.from_numpy(np.stack([obs[k] for k in playing])),
-                                                     (h[:, rows], c[:, rows]))
+            logits, _, (h_rows, c_rows) = step(torch.from_numpy(np.stack([obs[k] for k in playing])),
+                                               (h[:, rows], c[:, rows]))
             h[:, rows], c[:, rows] = h_rows, c_rows
             actions = sample_actions(logits, rng)
             ended = []
@@ -143,6 +147,7 @@ class Evaluator:
         self.cfg = cfg
         self.link = link
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg, env_info.layout)
+        self.actor = make_actor(cfg.act_backend, self.model)
         self.envs = [make_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
                      for _ in range(min(MAX_EVAL_ENVS, max(1, cfg.eval_episodes)))]
         self.rng = np.random.default_rng(seed)
@@ -159,10 +164,11 @@ class Evaluator:
     def evaluate(self) -> bool:
         """Evaluate a snapshot of the shared model and report it; False if stopped part-way."""
         self.link.snapshot(self.model)
+        self.actor.refresh()
         global_step = self.link.global_step()
         watch = LstmWatch() if self.model.lstm is not None else None
         episodes = play_episodes(self.model, self.envs, self.rng, self.cfg.eval_episodes,
-                                 should_stop=self._alive_and_not_stopping, watch=watch)
+                                 should_stop=self._alive_and_not_stopping, watch=watch, step=self.actor.step)
         if episodes is None:
             return False
         mean = float(np.mean([r for r, _ in episodes]))

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .acting import resolve as resolve_acting
 from .callbacks import ENDED, Callbacks
 from .checkpoint import Progress, restore_training
 from .files import WriteError, remove_stale_temp_files, shown
@@ -113,9 +114,13 @@ class Session:
                             under_torchrun=node is not None)
         callbacks = Callbacks(self.user_callbacks, stop=lambda line: policy.stop_by_callback(line, ENDED),
                               failed=recorder.error)
-        children = make_children(cfg, prepared.env_info, shared, str(run_dir), session, node=node,
-                                 progress=shared.global_step())
+        act_backend, acting_line = resolve_acting(cfg.act_backend, build_model(
+            prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg, prepared.env_info.layout))
+        # The children get the backend chosen here; config.json keeps what was asked for.
+        children = make_children(dataclasses.replace(cfg, act_backend=act_backend), prepared.env_info, shared,
+                                 str(run_dir), session, node=node, progress=shared.global_step())
         loop = RunLoop(cfg, run_dir, shared, recorder, policy, before, session, children, callbacks)
+        recorder.log(acting_line)
         self._say_what_was_found(recorder, dead_sessions)
         previous = _catch_signals(policy, recorder)
         try:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .acting import request_problem
 from .checkpoint import CheckpointError, NoCheckpointError, check_training_payload, load_latest
 from .config import Config, build_parser
 from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env, env_options
@@ -62,6 +63,10 @@ def _describe(cfg: Config) -> EnvInfo:
     if too_large:
         raise ConfigError([f"--lstm-size/--hidden-size: {too_large}"])
     problem = check_spawnable(cfg.env, cfg.start_method) if cfg.num_workers else None
+    if problem:
+        raise ConfigError([problem])
+    with torch.device("meta"):  # its kind of encoder and core are all the check needs
+        problem = request_problem(cfg.act_backend, build_model(info.obs_shape, info.num_actions, cfg, info.layout))
     if problem:
         raise ConfigError([problem])
     return info

@@ -4,7 +4,8 @@ The hot loop, per rollout of T steps over K environments:
 
 1. Pull: copy the shared weights into the local model in place (`copy_`, no state-dict build).
 2. Collect (`Worker.collect() -> Rollout`): act under `torch.no_grad()`: one forward per step
-   for all K environments at once, with the LSTM cell written out (`ActorCritic.step`);
+   for all K environments at once (`ActorCritic.step`, run by the acting backend of acting.py,
+   which takes the pulled weights at the rollout's start);
    observations, actions, rewards and values go into the preallocated numpy arrays of one
    `Rollout`. No autograd graph is built while acting.
 3. Learn (`Worker.learn(rollout)`). Targets: returns and GAE per environment and per episode
@@ -40,6 +41,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from .acting import make_actor
 from .algo import a3c_loss, rollout_targets
 from .config import Config
 from .envs import EnvInfo, env_options, make_env
@@ -98,6 +100,7 @@ class Worker:
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg, env_info.layout)
         # Walking the module tree for parameters() costs more than a small model's update step.
         self.params = list(self.model.parameters())
+        self.actor = make_actor(cfg.act_backend, self.model)  # acts with what the model held at its last refresh
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]
         self.obs = np.zeros((self.num_envs, *env_info.obs_shape), dtype=np.float32)
         self.episode_return = np.zeros(self.num_envs)
@@ -167,6 +170,7 @@ class Worker:
         dropped and that env recreated). With --normalize-obs/--normalize-reward the rollout is
         folded into the shared running statistics, and its rewards come back scaled."""
         rollout = self.rollout
+        self.actor.refresh()  # the weights just pulled: Hogwild acts with them for the whole rollout
         # Cloned, not referenced: acting overwrites self.state in place at episode ends.
         rollout.start_state = (self.state[0].clone(), self.state[1].clone())
         rollout.dones[:] = False
@@ -184,10 +188,10 @@ class Worker:
 
     @torch.no_grad()
     def _act(self, rollout: Rollout) -> None:
-        model, envs, life_loss = self.model, self.envs, self.cfg.life_loss
+        act, envs, life_loss = self.actor.step, self.envs, self.cfg.life_loss
         for t in range(self.cfg.rollout_steps):
             rollout.obs[t] = self.obs
-            logits, value, self.state = model.step(torch.from_numpy(self.obs), self.state)
+            logits, value, self.state = act(torch.from_numpy(self.obs), self.state)
             actions = sample_actions(logits, self.rng)
             rollout.actions[t] = actions
             rollout.values[t] = value.numpy()
@@ -209,7 +213,7 @@ class Worker:
                     rollout.dones[t, k] = True
                     rollout.done_values[t, k] = 0.0
                 self.obs[k] = obs
-        _, last_values, _ = model.step(torch.from_numpy(self.obs), self.state)
+        _, last_values, _ = act(torch.from_numpy(self.obs), self.state)
         rollout.last_values[:] = last_values.numpy()
 
     def _end_episode(self, rollout: Rollout, t: int, k: int, final_obs: np.ndarray, terminated: bool) -> None:
@@ -219,7 +223,7 @@ class Worker:
         else:
             # A time-limit cut is not the end of the task: bootstrap from the state reached.
             state_k = (self.state[0][:, k : k + 1], self.state[1][:, k : k + 1])
-            _, value, _ = self.model.step(torch.from_numpy(final_obs[None]), state_k)
+            _, value, _ = self.actor.step(torch.from_numpy(final_obs[None]), state_k)
             rollout.done_values[t, k] = float(value[0])
         self.link.report_episode(self.episode_return[k], int(self.episode_length[k]))
         try:

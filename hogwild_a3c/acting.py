@@ -1,0 +1,344 @@
+"""How a worker and the evaluator run the model's acting forward (`ActorCritic.step`).
+
+`--act-backend torch` calls the model itself. `--act-backend onnxruntime` runs the same step as
+an ONNX graph in ONNX Runtime, whose optimizer puts the convs in its blocked (NCHWc) layout and
+fuses what torch runs op by op. The learn step stays in torch either way.
+
+Hogwild's semantics: a worker acts with the weights it pulled at the start of its rollout, so
+`refresh()` is called right after each pull. Three ways to give ORT fresh weights were measured
+(`make bench-act-backend`, atari model, batch 8, one thread, Zen 4 EPYC, 2026-12-05):
+
+- weights baked in, session rebuilt at each refresh: 0.72 ms a forward, but 8 ms a refresh, so
+  a rollout of 11 forwards costs more than torch's (15.9 ms against 11.7);
+- weights as plain graph inputs: no rebuild, but the optimizer cannot reorder filters it does
+  not know, and the forward is torch's speed (1.12 ms);
+- what runs here (`PreparedStep`): the graph optimized once, the optimized graph's weight-holding
+  initializers made inputs, and a refresh gathering the model's weights into that layout (0.14 ms):
+  0.83 ms a forward, 9.2 ms a rollout.
+
+`auto`, the default, takes ONNX Runtime for models with a conv encoder and an LSTM core when it
+is installed, and torch otherwise: small MLPs gain nothing from it.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import io
+import os
+import tempfile
+import warnings
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from .model import ActorCritic, State
+
+BACKENDS = ("auto", "torch", "onnxruntime")
+
+
+class Actor(Protocol):
+    name: str
+
+    def refresh(self) -> None:
+        """Take the model's current weights (after a pull); until the next call, `step` uses them."""
+
+    def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """What `ActorCritic.step` returns, for the weights of the last `refresh`."""
+
+
+class TorchActor:
+    name = "torch"
+
+    def __init__(self, model: ActorCritic):
+        self.model = model
+
+    def refresh(self) -> None:
+        pass  # the model is the weights
+
+    def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
+        return self.model.step(obs, state)
+
+
+def onnxruntime_installed() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("onnxruntime", "onnx"))
+
+
+def unsupported_by_onnx(model: ActorCritic) -> str | None:
+    """Why the ONNX backend cannot act for this model, or None."""
+    if model.lstm is None:
+        return "it acts for models with the lstm core only (--core lstm)"
+    if model.value_encoder is not None:
+        return "it does not take a separate value network (--value-net shared)"
+    return None
+
+
+class _StepGraph(torch.nn.Module):
+    """`ActorCritic.step` with the state as two tensors, which is what the exporter traces."""
+
+    def __init__(self, model: ActorCritic):
+        super().__init__()
+        self.model = model
+
+    def forward(self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        logits, value, (h_next, c_next) = self.model.step(obs, (h, c))
+        return logits, value, h_next, c_next
+
+
+def _weights_feeding(model: ActorCritic) -> dict[str, torch.Tensor]:
+    """The tensors the step graph reads, by state-dict name: every parameter and the observation
+    statistics. The return statistics and the sample count are not used by `step`."""
+    wanted: dict[str, torch.Tensor] = dict(model.named_parameters())
+    wanted.update(_statistics(model))
+    return wanted
+
+
+def _statistics(model: ActorCritic) -> dict[str, torch.Tensor]:
+    """The observation statistics `step` reads. They are graph inputs, not initializers: the
+    optimizer would fold `rsqrt(var + eps)` into a constant no refresh could rewrite."""
+    if model.obs_norm is None:
+        return {}
+    return {"obs_norm.mean": model.obs_norm.mean, "obs_norm.var": model.obs_norm.var}
+
+
+def export_step_graph(model: ActorCritic) -> Any:
+    """The acting step as an ONNX ModelProto with a dynamic batch: inputs obs, h, c and the
+    observation statistics (by state-dict name), the parameters as initializers named as the
+    state dict. Exported from a copy whose weights are all distinct random numbers: the exporter
+    merges initializers of equal contents (the zero biases of a fresh model), and a merged one
+    could not be told apart by name."""
+    import onnx
+
+    twin = copy.deepcopy(model).to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
+    with torch.no_grad():
+        for tensor in _weights_feeding(twin).values():
+            tensor.uniform_(0.5, 1.5)
+    batch = 2
+    example = (torch.zeros(batch, *model.obs_shape), torch.zeros(1, batch, model.lstm_size),
+               torch.zeros(1, batch, model.lstm_size))
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice, once per process
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            _StepGraph(twin), example, buffer,  # type: ignore[arg-type]  # a file object is taken too
+            input_names=["obs", "h", "c"],
+            output_names=["logits", "value", "h_next", "c_next"], dynamo=False, do_constant_folding=False,
+            dynamic_axes={"obs": {0: "batch"}, "h": {1: "batch"}, "c": {1: "batch"}, "logits": {0: "batch"},
+                          "value": {0: "batch"}, "h_next": {1: "batch"}, "c_next": {1: "batch"}},
+        )
+    graph = onnx.load_from_string(buffer.getvalue())
+    for init in graph.graph.initializer:
+        init.name = init.name.removeprefix("model.")
+    for node in graph.graph.node:
+        node.input[:] = [name.removeprefix("model.") for name in node.input]
+    missing = sorted(set(_weights_feeding(model)) - {init.name for init in graph.graph.initializer})
+    if missing:
+        raise RuntimeError(f"the exported step graph does not read {', '.join(missing)} by name")
+    _initializers_to_inputs(graph, set(_statistics(model)))
+    return graph
+
+
+def _initializers_to_inputs(graph: Any, names: set[str]) -> None:
+    """Make the initializers named in `names` inputs of the graph, fed at every run."""
+    import onnx
+
+    kept = [init for init in graph.graph.initializer if init.name not in names]
+    for init in graph.graph.initializer:
+        if init.name in names:
+            graph.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    del graph.graph.initializer[:]
+    graph.graph.initializer.extend(kept)
+
+
+def _session_options(level: str) -> Any:
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    # Each process acts on one core, as torch does with set_num_threads(1).
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
+    options.log_severity_level = 3  # its notice that an optimized graph suits this CPU only: it never leaves it
+    return options
+
+
+def _optimized(graph: Any) -> Any:
+    """The graph as ONNX Runtime rewrites it for this CPU with every optimization on: convs in its
+    blocked (NCHWc) layout with their weights reordered, ops fused."""
+    import onnx
+    import onnxruntime
+
+    with tempfile.TemporaryDirectory() as folder:
+        options = _session_options("ORT_ENABLE_ALL")
+        options.optimized_model_filepath = os.path.join(folder, "step.onnx")
+        onnxruntime.InferenceSession(graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return onnx.load(options.optimized_model_filepath)
+
+
+class PreparedStep:
+    """The step graph optimized once for this CPU, with every initializer that holds weights (as
+    given or rearranged: the convs' reordered filters) turned into a graph input, and for each such
+    input the positions of the parameters it gathers.
+
+    Why: ONNX Runtime's fast convs need their filters in its blocked layout, which it builds from
+    constant weights while building a session (3.7 ms for the atari model on a Zen 4 EPYC, plus
+    the serialization: ~6 ms a rollout). Fed as plain inputs the weights skip those rewrites and
+    the forward is barely faster than torch's. Here the rewrites are done once, and a refresh is
+    a numpy gather of the new weights into the layout the optimized graph expects.
+
+    How the positions are found: the graph is optimized twice, its parameters labelled 1..N and
+    then N..1. An initializer equal in both is a constant of the graph. Any other must hold, in
+    both, the labels of one gather of the parameters, or the graph is refused (ValueError): a
+    rewrite that does arithmetic on weights cannot be refreshed by a gather."""
+
+    def __init__(self, model: ActorCritic):
+        import onnx
+        from onnx import numpy_helper
+
+        graph = export_step_graph(model)
+        self.params = list(dict(model.named_parameters()).items())
+        sizes = [tensor.numel() for _, tensor in self.params]
+        total = sum(sizes)
+        if total >= 2**24:  # labels must be exact in float32
+            raise ValueError(f"{total:,} parameters: too many to label exactly in float32")
+        offsets = dict(zip((name for name, _ in self.params), np.cumsum([0, *sizes[:-1]])))
+        labels = np.arange(1, total + 1, dtype=np.float32)
+        optimized = []
+        for labelling in (labels, labels[::-1].copy()):
+            labelled = onnx.ModelProto()
+            labelled.CopyFrom(graph)
+            for init in labelled.graph.initializer:
+                if init.name in offsets:
+                    start = offsets[init.name]
+                    init.raw_data = labelling[start:start + int(np.prod(init.dims))].tobytes()
+            optimized.append(_optimized(labelled))
+        first, second = ({init.name: numpy_helper.to_array(init) for init in g.graph.initializer} for g in optimized)
+        if first.keys() != second.keys() or any(first[n].shape != second[n].shape for n in first):
+            raise ValueError("ONNX Runtime rewrote the graph differently for other weights")
+        self.gathers: dict[str, tuple[np.ndarray | slice, tuple[int, ...]]] = {}
+        for name, a in first.items():
+            b = second[name]
+            if np.array_equal(a, b):
+                continue  # a constant of the graph (shapes, the clip bound)
+            index = a.astype(np.int64).ravel() - 1
+            if (a.dtype != np.float32 or not np.array_equal(a.ravel(), index + 1) or index.min() < 0
+                    or index.max() >= total or not np.array_equal(labels[::-1][index], b.ravel())):
+                raise ValueError(f"ONNX Runtime computed {name} from the weights; it cannot be refreshed by a gather")
+            runs = index[0] + np.arange(index.size)
+            self.gathers[name] = (slice(int(index[0]), int(index[0]) + index.size) if np.array_equal(index, runs)
+                                  else index, a.shape)
+        _initializers_to_inputs(optimized[0], set(self.gathers))
+        self.graph_bytes = optimized[0].SerializeToString()
+        self.statistics = list(_statistics(model).items())
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """The inputs that carry the model's current weights, in the optimized graph's layout."""
+        # ravel: C order whatever the tensor's memory layout (channels-last convs); a fresh copy,
+        # so later in-place updates of the model do not reach what the graph acts with.
+        flat = np.concatenate([tensor.detach().numpy().ravel() for _, tensor in self.params])
+        feeds = {name: flat[where].reshape(shape) for name, (where, shape) in self.gathers.items()}
+        feeds.update((name, tensor.detach().numpy().copy()) for name, tensor in self.statistics)
+        return feeds
+
+
+class OnnxRuntimeActor:
+    name = "onnxruntime"
+
+    def __init__(self, model: ActorCritic, prepared: PreparedStep | None = None):
+        import onnxruntime
+
+        problem = unsupported_by_onnx(model)
+        if problem:
+            raise ValueError(f"--act-backend onnxruntime: {problem}")
+        self._prepared = PreparedStep(model) if prepared is None else prepared
+        # Optimized once already: building it again must not rewrite it.
+        self._session = onnxruntime.InferenceSession(self._prepared.graph_bytes, _session_options("ORT_DISABLE_ALL"),
+                                                     providers=["CPUExecutionProvider"])
+        self._weights: dict[str, np.ndarray] = {}
+        self.refresh()
+
+    def refresh(self) -> None:
+        self._weights = self._prepared.weights()
+
+    def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
+        logits, value, h, c = self._session.run(None, {
+            "obs": np.ascontiguousarray(obs.numpy(), dtype=np.float32),
+            "h": np.ascontiguousarray(state[0].numpy()), "c": np.ascontiguousarray(state[1].numpy()),
+            **self._weights})
+        return torch.from_numpy(logits), torch.from_numpy(value), (torch.from_numpy(h), torch.from_numpy(c))
+
+
+def chosen_backend(requested: str, model: ActorCritic) -> tuple[str, str]:
+    """The backend `requested` resolves to for this model, and why, in words for train.log."""
+    if requested == "torch":
+        return "torch", "--act-backend torch"
+    problem = unsupported_by_onnx(model)
+    if requested == "onnxruntime":
+        return "onnxruntime", "--act-backend onnxruntime"
+    if problem is not None or not _has_conv(model):
+        return "torch", "--act-backend auto: the model has no conv encoder with an LSTM core, where ONNX Runtime gains"
+    if not onnxruntime_installed():
+        return "torch", ("--act-backend auto: onnxruntime is not installed, so acting runs in torch, about 1.3x "
+                         "slower a forward on Atari frames (pip install 'hogwild-a3c[onnx]')")
+    return "onnxruntime", "--act-backend auto: a conv encoder with an LSTM core, and onnxruntime is installed"
+
+
+def _has_conv(model: ActorCritic) -> bool:
+    return any(isinstance(module, torch.nn.Conv2d) for module in model.encoder.modules())
+
+
+def request_problem(requested: str, model: ActorCritic) -> str | None:
+    """A one-line error for a backend asked for by name that cannot act for this run, or None."""
+    if requested != "onnxruntime":
+        return None
+    if not onnxruntime_installed():
+        return ("--act-backend onnxruntime: onnxruntime is not installed (pip install 'hogwild-a3c[onnx]'); "
+                "or use --act-backend torch or auto")
+    problem = unsupported_by_onnx(model)
+    return None if problem is None else f"--act-backend onnxruntime: {problem}; use --act-backend torch or auto"
+
+
+# The trial forward at start-up must agree with torch's this closely, or acting stays in torch.
+TRIAL_TOLERANCE = 1e-4
+
+
+def resolve(requested: str, model: ActorCritic) -> tuple[str, str]:
+    """The backend every child of this run acts with, and the train.log line that says why. An
+    ONNX backend is tried once here, on a fresh copy of the model and random inputs, against
+    torch: a model it cannot export or that it computes differently falls back to torch."""
+    name, why = chosen_backend(requested, model)
+    if name != "onnxruntime":
+        return name, f"acting in torch ({why})"
+    try:
+        difference = trial_difference(model)
+    except Exception as exc:  # noqa: BLE001 - any export or runtime failure means: act in torch
+        return "torch", f"acting in torch: ONNX Runtime could not run this model's step ({type(exc).__name__}: {exc})"
+    if not difference <= TRIAL_TOLERANCE:
+        return "torch", (f"acting in torch: ONNX Runtime's step differs from torch's by {difference:.2g} "
+                         f"(more than {TRIAL_TOLERANCE:g})")
+    import onnxruntime
+
+    return name, f"acting in onnxruntime {onnxruntime.__version__} ({why})"
+
+
+def trial_difference(model: ActorCritic, batch: int = 3) -> float:
+    """The largest absolute difference between torch's step and ONNX Runtime's, on random inputs."""
+    generator = torch.Generator().manual_seed(0)
+    obs = torch.rand(batch, *model.obs_shape, generator=generator)
+    state = (torch.randn(1, batch, model.lstm_size, generator=generator),
+             torch.randn(1, batch, model.lstm_size, generator=generator))
+    with torch.no_grad():
+        expected = model.step(obs, state)
+    got = OnnxRuntimeActor(model).step(obs, state)
+    pairs = [(expected[0], got[0]), (expected[1], got[1]), (expected[2][0], got[2][0]), (expected[2][1], got[2][1])]
+    return max(float((a - b).abs().max()) for a, b in pairs)
+
+
+def make_actor(requested: str, model: ActorCritic) -> Actor:
+    """The actor for `model` (a worker's or the evaluator's local copy). Children get the name
+    `resolve` chose in the main process, so "auto" is resolved here only when called directly."""
+    name = chosen_backend(requested, model)[0] if requested == "auto" else requested
+    if name == "onnxruntime":
+        return OnnxRuntimeActor(model)
+    return TorchActor(model)

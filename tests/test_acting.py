@@ -1,0 +1,155 @@
+"""The acting backends: ONNX Runtime's step is torch's step, with the weights of every pull."""
+import numpy as np
+import pytest
+import torch
+
+import tests.envs  # noqa: F401 - registers the test envs
+from hogwild_a3c import acting
+from hogwild_a3c.acting import OnnxRuntimeActor, TorchActor, make_actor, request_problem, resolve, trial_difference
+from hogwild_a3c.config import Config
+from hogwild_a3c.envs import describe_env, make_env
+from hogwild_a3c.evaluator import play_episodes
+from hogwild_a3c.model import build_model
+from hogwild_a3c.optim import LrSchedule
+from hogwild_a3c.reports import InProcessReports
+from hogwild_a3c.shared import HogwildLink, SharedState
+from hogwild_a3c.training import ConfigError, prepare
+from hogwild_a3c.worker import Worker
+
+
+def conv_worker(act_backend="onnxruntime"):
+    # CueImage-v0: an 8x8 RGB image (a conv encoder), episodes of 8 steps, so rollouts of 6 cross episode ends.
+    cfg = Config(env="tests.envs:CueImage-v0", num_workers=0, envs_per_worker=3, rollout_steps=6, lstm_size=16,
+                 normalize_obs=True, act_backend=act_backend)
+    info = describe_env(cfg.env, cfg.env_kwargs)
+    torch.manual_seed(0)
+    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg, info.layout), 1, "adam",
+                                LrSchedule(1e-3))
+    return Worker(0, cfg, info, HogwildLink(shared, 0, InProcessReports()), seed=1), shared
+
+
+def spy_on(actor):
+    """Record the logits of every acting call."""
+    calls = []
+    original = actor.step
+
+    def spy(obs, state):
+        out = original(obs, state)
+        calls.append(out[0].clone())
+        return out
+
+    actor.step = spy
+    return calls
+
+
+def test_the_actions_log_probabilities_are_torchs_after_every_pull():
+    worker, shared = conv_worker()
+    assert isinstance(worker.actor, OnnxRuntimeActor)
+    calls = spy_on(worker.actor)
+    generator = torch.Generator().manual_seed(1)
+    restarts = 0
+    for pull in range(4):
+        with torch.no_grad():  # what the other workers' updates do to the shared weights meanwhile
+            for p in shared.model.parameters():
+                p.add_(torch.randn(p.shape, generator=generator) * 0.2)
+            shared.model.obs_norm.mean.uniform_(0.0, 0.3, generator=generator)
+        before = [p.detach().clone() for p in worker.model.parameters()]
+        worker.link.pull(worker.model)
+        assert any(not torch.equal(a, b) for a, b in zip(before, worker.model.parameters()))
+        calls.clear()
+        rollout = worker.collect()
+        steps = worker.cfg.rollout_steps
+        acted = torch.stack(calls[:steps])  # [T, K, A]; the calls after are bootstraps
+        with torch.no_grad():  # torch's own forward, with the weights this pull brought
+            logits, values = worker.model.replay(torch.from_numpy(rollout.obs), rollout.start_state,
+                                                 torch.from_numpy(rollout.resets))
+        actions = torch.from_numpy(rollout.actions).unsqueeze(-1)
+        logp_onnx = torch.log_softmax(acted, -1).gather(-1, actions)
+        logp_torch = torch.log_softmax(logits, -1).gather(-1, actions)
+        assert float((logp_onnx - logp_torch).abs().max()) <= 1e-5, pull
+        assert np.abs(rollout.values - values.numpy()).max() <= 1e-5
+        restarts += int(rollout.resets.any())
+    assert restarts > 0  # the LSTM state was zeroed mid-rollout on some pulls, in acting and in replay
+
+
+def test_acting_with_stale_weights_would_fail_the_check():
+    """The check above can tell: without the refresh after a pull, the log-probabilities differ."""
+    worker, shared = conv_worker()
+    with torch.no_grad():
+        for p in shared.model.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    worker.link.pull(worker.model)
+    worker.actor.refresh = lambda: None  # the bug: the session keeps the weights of the first build
+    calls = spy_on(worker.actor)
+    rollout = worker.collect()
+    with torch.no_grad():
+        logits, _ = worker.model.replay(torch.from_numpy(rollout.obs), rollout.start_state,
+                                        torch.from_numpy(rollout.resets))
+    acted = torch.stack(calls[:worker.cfg.rollout_steps])
+    assert float((torch.log_softmax(acted, -1) - torch.log_softmax(logits, -1)).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("env", ["tests.envs:Image-v0", "tests.envs:CueImage-v0", "tests.envs:CueDict-v0",
+                                 "CartPole-v1"])
+def test_every_encoder_exports_and_agrees_with_torch(env):
+    # conv, small grid, image + vector parts, and the MLP with an LSTM
+    cfg = Config(env=env, lstm_size=24, normalize_obs=True)
+    info = describe_env(cfg.env, cfg.env_kwargs)
+    model = build_model(info.obs_shape, info.num_actions, cfg, info.layout)
+    assert trial_difference(model, batch=5) <= 1e-5
+
+
+def test_the_evaluator_plays_the_same_episodes_through_either_backend():
+    cfg = Config(env="tests.envs:CueDict-v0", lstm_size=16)
+    info = describe_env(cfg.env, cfg.env_kwargs)
+    torch.manual_seed(3)
+    model = build_model(info.obs_shape, info.num_actions, cfg, info.layout)
+    results = []
+    for actor in (TorchActor(model), OnnxRuntimeActor(model)):
+        envs = [make_env(cfg.env) for _ in range(3)]
+        for k, env in enumerate(envs):
+            env.reset(seed=10 + k)
+        results.append(play_episodes(model, envs, np.random.default_rng(5), 7, step=actor.step))
+    assert results[0] == results[1] and len(results[0]) == 7
+
+
+def test_auto_takes_onnxruntime_for_conv_models_and_torch_for_the_rest():
+    conv = build_model((1, 42, 42), 6, Config(lstm_size=16))
+    mlp = build_model((4,), 2, Config(lstm_size=16))
+    assert resolve("auto", conv)[0] == "onnxruntime"
+    assert resolve("auto", mlp) == ("torch", "acting in torch (--act-backend auto: the model has no conv encoder "
+                                             "with an LSTM core, where ONNX Runtime gains)")
+    assert resolve("torch", conv)[0] == "torch"
+    assert isinstance(make_actor("auto", mlp), TorchActor)
+
+
+def test_a_machine_without_onnxruntime_acts_in_torch_and_says_so(monkeypatch):
+    monkeypatch.setattr(acting, "onnxruntime_installed", lambda: False)
+    conv = build_model((1, 42, 42), 6, Config(lstm_size=16))
+    name, line = resolve("auto", conv)
+    assert name == "torch" and "onnxruntime is not installed" in line and "hogwild-a3c[onnx]" in line
+    problem = request_problem("onnxruntime", conv)
+    assert problem is not None and problem.startswith("--act-backend onnxruntime: onnxruntime is not installed")
+
+
+def test_a_step_that_fails_or_differs_falls_back_to_torch(monkeypatch):
+    conv = build_model((1, 42, 42), 6, Config(lstm_size=16))
+    monkeypatch.setattr(acting, "trial_difference", lambda model: 0.5)
+    name, line = resolve("auto", conv)
+    assert name == "torch" and "differs from torch's by 0.5" in line
+
+    def broken(model):
+        raise RuntimeError("no kernel for Elu")
+
+    monkeypatch.setattr(acting, "trial_difference", broken)
+    assert resolve("onnxruntime", conv) == ("torch", "acting in torch: ONNX Runtime could not run this model's step "
+                                                     "(RuntimeError: no kernel for Elu)")
+
+
+def test_asking_for_onnxruntime_where_it_cannot_act_is_one_line_before_anything_starts(tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        prepare(["--env", "tests.envs:Image-v0", "--core", "mlp", "--act-backend", "onnxruntime",
+                 "--run-dir", str(tmp_path / "run")])
+    assert caught.value.errors == ["--act-backend onnxruntime: it acts for models with the lstm core only "
+                                   "(--core lstm); use --act-backend torch or auto"]
+    assert not (tmp_path / "run").exists()
