@@ -305,7 +305,7 @@ TRIAL_TOLERANCE = 1e-4
 
 def resolve(requested: str, model: ActorCritic) -> tuple[str, str]:
     """The backend every child of this run acts with, and the train.log line that says why. An
-    ONNX backend is tried once here, on a fresh copy of the model and random inputs, against
+    ONNX backend is tried once here, on a fresh model of the run's shape and random inputs, against
     torch: a model it cannot export or that it computes differently falls back to torch."""
     name, why = chosen_backend(requested, model)
     if name != "onnxruntime":

@@ -1,10 +1,13 @@
 """The acting backends: ONNX Runtime's step is torch's step, with the weights of every pull."""
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 import tests.envs  # noqa: F401 - registers the test envs
-from hogwild_a3c import acting
+from hogwild_a3c import acting, train
 from hogwild_a3c.acting import OnnxRuntimeActor, TorchActor, make_actor, request_problem, resolve, trial_difference
 from hogwild_a3c.config import Config
 from hogwild_a3c.envs import describe_env, make_env
@@ -153,3 +156,19 @@ def test_asking_for_onnxruntime_where_it_cannot_act_is_one_line_before_anything_
     assert caught.value.errors == ["--act-backend onnxruntime: it acts for models with the lstm core only "
                                    "(--core lstm); use --act-backend torch or auto"]
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("backend, line", [("auto", "acting in onnxruntime"),
+                                           ("torch", "acting in torch (--act-backend torch)")])
+def test_a_real_run_acts_through_the_backend_in_its_workers_and_evaluator(tmp_path, backend, line):
+    """Two worker processes and the evaluator build their actors from the name the main process
+    chose; an actor that failed to build or to step would stop the run with exit 1."""
+    run_dir = tmp_path / "run"
+    code = train.main(["--env", "tests.envs:CueImage-v0", "--lstm-size", "16", "--num-workers", "2",
+                       "--act-backend", backend, "--max-steps", "10000000", "--target-return", "-1",
+                       "--eval-interval", "1", "--eval-episodes", "2", "--no-progress", "--run-dir", str(run_dir)])
+    assert code == 0
+    log = (run_dir / "train.log").read_text()
+    assert line in log
+    assert len(pd.read_csv(run_dir / "episodes.csv")) > 0 and len(pd.read_csv(run_dir / "eval.csv")) >= 2
+    assert json.loads((run_dir / "config.json").read_text())["act_backend"] == backend  # what was asked for
