@@ -9,7 +9,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-minigrid bench-atari bench-pong bench-pong-compare bench-frames bench-precision bench-vector-env bench-act-graph bench-act-backend profile-hot-loop plot notebook clean
+.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-minigrid bench-atari bench-pong bench-pong-compare bench-frames bench-precision bench-vector-env bench-act-graph bench-act-backend bench-peers profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -89,6 +89,11 @@ bench-act-graph: $(STAMP)
 bench-act-backend: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench-act]'
 	$(PY) experiments/bench_act_backend.py $(ARGS)
+
+# The trainers built for speed, each in its own virtual environment under experiments/peers/
+# (made by the script from that peer's requirements.txt); today the raw env part: EnvPool's Atari.
+bench-peers: $(STAMP)
+	$(PY) experiments/bench_peers.py $(ARGS)
 
 bench-vector-env: $(STAMP)
 	$(PY) experiments/bench_vector_env.py $(ARGS)
