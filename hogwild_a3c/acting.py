@@ -188,9 +188,10 @@ class PreparedStep:
     a numpy gather of the new weights into the layout the optimized graph expects.
 
     How the positions are found: the graph is optimized twice, its parameters labelled 1..N and
-    then N..1. An initializer equal in both is a constant of the graph. Any other must hold, in
-    both, the labels of one gather of the parameters, or the graph is refused (ValueError): a
-    rewrite that does arithmetic on weights cannot be refreshed by a gather."""
+    then with the same labels rotated by N/2, so that no position keeps its label. An initializer
+    equal in both is a constant of the graph. Any other must hold, in both, the labels of one
+    gather of the parameters, or the graph is refused (ValueError): a rewrite that does arithmetic
+    on weights cannot be refreshed by a gather."""
 
     def __init__(self, model: ActorCritic):
         import onnx
@@ -200,12 +201,13 @@ class PreparedStep:
         self.params = list(dict(model.named_parameters()).items())
         sizes = [tensor.numel() for _, tensor in self.params]
         total = sum(sizes)
-        if total >= 2**24:  # labels must be exact in float32
-            raise ValueError(f"{total:,} parameters: too many to label exactly in float32")
+        if not 2 <= total < 2**24:  # labels must be exact in float32, and two labellings must differ everywhere
+            raise ValueError(f"{total:,} parameters: labelled exactly in float32 from 2 to 2**24 only")
         offsets = dict(zip((name for name, _ in self.params), np.cumsum([0, *sizes[:-1]])))
         labels = np.arange(1, total + 1, dtype=np.float32)
+        rotated = np.roll(labels, total // 2)
         optimized = []
-        for labelling in (labels, labels[::-1].copy()):
+        for labelling in (labels, rotated):
             labelled = onnx.ModelProto()
             labelled.CopyFrom(graph)
             for init in labelled.graph.initializer:
@@ -223,7 +225,7 @@ class PreparedStep:
                 continue  # a constant of the graph (shapes, the clip bound)
             index = a.astype(np.int64).ravel() - 1
             if (a.dtype != np.float32 or not np.array_equal(a.ravel(), index + 1) or index.min() < 0
-                    or index.max() >= total or not np.array_equal(labels[::-1][index], b.ravel())):
+                    or index.max() >= total or not np.array_equal(rotated[index], b.ravel())):
                 raise ValueError(f"ONNX Runtime computed {name} from the weights; it cannot be refreshed by a gather")
             runs = index[0] + np.arange(index.size)
             self.gathers[name] = (slice(int(index[0]), int(index[0]) + index.size) if np.array_equal(index, runs)

@@ -172,3 +172,27 @@ def test_a_real_run_acts_through_the_backend_in_its_workers_and_evaluator(tmp_pa
     assert line in log
     assert len(pd.read_csv(run_dir / "episodes.csv")) > 0 and len(pd.read_csv(run_dir / "eval.csv")) >= 2
     assert json.loads((run_dir / "config.json").read_text())["act_backend"] == backend  # what was asked for
+
+
+def test_every_parameter_reaches_the_optimized_graph_on_its_own():
+    """Each parameter changed alone (the value head's one-element bias included) changes ONNX
+    Runtime's step exactly as torch's: none was taken for a constant of the optimized graph."""
+    cfg = Config(lstm_size=16, normalize_obs=True)
+    model = build_model((1, 42, 42), 6, cfg)
+    actor = OnnxRuntimeActor(model)
+    generator = torch.Generator().manual_seed(2)
+    obs = torch.rand(4, 1, 42, 42, generator=generator)
+    state = (torch.randn(1, 4, 16, generator=generator), torch.randn(1, 4, 16, generator=generator))
+    for name, param in model.named_parameters():
+        with torch.no_grad():
+            param.add_(0.2)
+            expected = model.step(obs, state)
+        stale = actor.step(obs, state)
+        actor.refresh()
+        got = actor.step(obs, state)
+        for a, b in zip((expected[0], expected[1], *expected[2]), (got[0], got[1], *got[2])):
+            assert float((a - b).abs().max()) <= 1e-5, name
+        assert any(float((a - old).abs().max()) > 1e-6 for a, old in zip(expected[:2], stale[:2])), name
+        with torch.no_grad():
+            param.sub_(0.2)
+        actor.refresh()
