@@ -74,6 +74,7 @@ def main():
     from torch.utils.flop_counter import FlopCounterMode
 
     torch.set_num_threads(1)
+    from hogwild_a3c.acting import step_difference
     from hogwild_a3c.config import Config
     from hogwild_a3c.model import build_model
     from hogwild_a3c.presets import load_preset
@@ -115,10 +116,7 @@ def main():
             obs, state = inputs(3, seed=7)
             with torch.no_grad():
                 expected = model.step(obs, state)
-            got = backend.step(obs, state)
-            pairs = [(expected[0], got[0]), (expected[1], got[1]), (expected[2][0], got[2][0]),
-                     (expected[2][1], got[2][1])]
-            difference = max(float((torch.as_tensor(a) - torch.as_tensor(b)).abs().max()) for a, b in pairs)
+            difference = step_difference(expected, backend.step(obs, state))
             built[name] = backend
             rows[name] = {"backend": name, "first build ms": first_build, "max |diff| vs torch": difference,
                           "version": backend.version, "samples": {}}

@@ -58,16 +58,23 @@ def envpool_rate(python: str, processes: int, envs: int, threads: int, size: int
 
 def raw_env_part(args) -> str:
     python = peer_python("envpool")
+    versions: set[str] = set()
+
+    def envpool(processes: int, envs: int, threads: int, size: int, stack: int) -> float:
+        rate, version = envpool_rate(python, processes, envs, threads, size, stack, args.seconds, args.warmup)
+        versions.add(version)
+        return rate
+
     rows = {
         "ale-py, our 42x42 frames (2 processes x 8 envs, 1 thread each)":
             lambda: raw_env_steps_per_s("ALE/Pong-v5", {"repeat_action_probability": 0.0}, {}, 2, 8,
                                         args.seconds, args.warmup),
         "EnvPool, its 84x84 x 4 stack (2 processes x 8 envs, 1 thread each)":
-            lambda: envpool_rate(python, 2, 8, 1, 84, 4, args.seconds, args.warmup)[0],
+            lambda: envpool(2, 8, 1, 84, 4),
         "EnvPool, 42x42, 1 frame (2 processes x 8 envs, 1 thread each)":
-            lambda: envpool_rate(python, 2, 8, 1, 42, 1, args.seconds, args.warmup)[0],
+            lambda: envpool(2, 8, 1, 42, 1),
         "EnvPool, its 84x84 x 4 stack (1 process x 16 envs, 2 threads)":
-            lambda: envpool_rate(python, 1, 16, 2, 84, 4, args.seconds, args.warmup)[0],
+            lambda: envpool(1, 16, 2, 84, 4),
     }
     samples: dict[str, list[float]] = {name: [] for name in rows}
     for repeat in range(args.repeats):
@@ -78,12 +85,12 @@ def raw_env_part(args) -> str:
     table = [{"environment": name, "agent steps/s": statistics.median(values),
               "against ale-py (ours)": statistics.median(values) / reference,
               "runs": ", ".join(f"{v:,.0f}" for v in values)} for name, values in samples.items()]
-    envpool_version = envpool_rate(python, 1, 1, 1, 84, 4, 0.1, 0.1)[1]
     command = "make bench-peers" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")
     text = header("The raw Atari environment: ale-py against EnvPool", command, {
                       "env": "ALE/Pong-v5 (EnvPool: Pong-v5), frameskip 4, repeat_action_probability 0, random actions",
-                      "EnvPool": f"{envpool_version} in experiments/peers/envpool/.venv (requirements.txt there); "
-                                 "episodic_life and reward_clip off, its noop starts on (its default)",
+                      "EnvPool": f"{', '.join(sorted(versions))} in experiments/peers/envpool/.venv "
+                                 "(requirements.txt there); episodic_life and reward_clip off, "
+                                 "its noop starts on (its default)",
                       "per cell": f"median of {args.repeats} interleaved runs of {args.seconds:g} s after a "
                                   f"{args.warmup:g} s warm-up",
                   })

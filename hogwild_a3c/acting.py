@@ -247,13 +247,13 @@ class PreparedStep:
 class OnnxRuntimeActor:
     name = "onnxruntime"
 
-    def __init__(self, model: ActorCritic, prepared: PreparedStep | None = None):
+    def __init__(self, model: ActorCritic):
         import onnxruntime
 
         problem = unsupported_by_onnx(model)
         if problem:
             raise ValueError(f"--act-backend onnxruntime: {problem}")
-        self._prepared = PreparedStep(model) if prepared is None else prepared
+        self._prepared = PreparedStep(model)
         # Optimized once already: building it again must not rewrite it.
         self._session = onnxruntime.InferenceSession(self._prepared.graph_bytes, _session_options("ORT_DISABLE_ALL"),
                                                      providers=["CPUExecutionProvider"])
@@ -332,9 +332,14 @@ def trial_difference(model: ActorCritic, batch: int = 3) -> float:
              torch.randn(1, batch, model.lstm_size, generator=generator))
     with torch.no_grad():
         expected = model.step(obs, state)
-    got = OnnxRuntimeActor(model).step(obs, state)
+    return step_difference(expected, OnnxRuntimeActor(model).step(obs, state))
+
+
+def step_difference(expected: tuple[torch.Tensor, torch.Tensor, State],
+                    got: tuple[torch.Tensor, torch.Tensor, State]) -> float:
+    """The largest absolute difference between two steps' logits, values and LSTM states."""
     pairs = [(expected[0], got[0]), (expected[1], got[1]), (expected[2][0], got[2][0]), (expected[2][1], got[2][1])]
-    return max(float((a - b).abs().max()) for a, b in pairs)
+    return max(float((torch.as_tensor(a) - torch.as_tensor(b)).abs().max()) for a, b in pairs)
 
 
 def make_actor(requested: str, model: ActorCritic) -> Actor:
