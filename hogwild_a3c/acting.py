@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .model import ActorCritic, State
+from .model import ActorCritic, State, has_conv_encoder
 
 BACKENDS = ("auto", "torch", "onnxruntime")
 
@@ -278,16 +278,12 @@ def chosen_backend(requested: str, model: ActorCritic) -> tuple[str, str]:
     problem = unsupported_by_onnx(model)
     if requested == "onnxruntime":
         return "onnxruntime", "--act-backend onnxruntime"
-    if problem is not None or not _has_conv(model):
+    if problem is not None or not has_conv_encoder(model):
         return "torch", "--act-backend auto: the model has no conv encoder with an LSTM core, where ONNX Runtime gains"
     if not onnxruntime_installed():
         return "torch", ("--act-backend auto: onnxruntime is not installed, so acting runs in torch, about 1.3x "
                          "slower a forward on Atari frames (pip install 'hogwild-a3c[onnx]')")
     return "onnxruntime", "--act-backend auto: a conv encoder with an LSTM core, and onnxruntime is installed"
-
-
-def _has_conv(model: ActorCritic) -> bool:
-    return any(isinstance(module, torch.nn.Conv2d) for module in model.encoder.modules())
 
 
 def request_problem(requested: str, model: ActorCritic) -> str | None:

@@ -11,8 +11,10 @@ in every checkpoint's `model` state dict, so workers, the evaluator and `evaluat
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ContextManager
 
 import numpy as np
 import torch
@@ -236,10 +238,13 @@ class ActorCritic(nn.Module):
         """What every encoder sees: the observation, normalized once when asked for."""
         return obs if self.obs_norm is None else self.obs_norm.normalize(obs)
 
-    def _feedforward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _feedforward(
+        self, obs: torch.Tensor, encoder_context: Callable[[], ContextManager[object]] = contextlib.nullcontext,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The mlp core: logits and values of a batch of observations."""
         obs = self._normalized(obs)
-        out = self.encoder(obs)
+        with encoder_context():
+            out = self.encoder(obs).float()
         value_in = out if self.value_encoder is None else self.value_encoder(obs)
         logits = F.linear(out, self.policy.weight, self.policy.bias)
         return logits, F.linear(value_in, self.value.weight, self.value.bias).squeeze(-1)
@@ -271,20 +276,23 @@ class ActorCritic(nn.Module):
         return logits, value, (h.unsqueeze(0), c.unsqueeze(0))
 
     def replay(
-        self, obs: torch.Tensor, state: State, resets: torch.Tensor | None = None
+        self, obs: torch.Tensor, state: State, resets: torch.Tensor | None = None,
+        encoder_context: Callable[[], ContextManager[object]] = contextlib.nullcontext,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Re-run a rollout: obs [T, B, *obs_shape] from `state` -> logits [T, B, A], values [T, B].
 
         `resets[t, b]` is True when env b started a new episode at step t, so its LSTM state is
-        zeroed there. The encoder sees all T*B frames in one batch; the LSTM runs fused over each
+        zeroed there. The encoder sees all T*B frames in one batch, under `encoder_context` (bf16
+        autocast: `precision`), and hands the core float32; the LSTM runs fused over each
         stretch between resets.
         """
         steps, batch = obs.shape[:2]
         if self.lstm is None:
-            logits, values = self._feedforward(obs.reshape(steps * batch, *obs.shape[2:]))
+            logits, values = self._feedforward(obs.reshape(steps * batch, *obs.shape[2:]), encoder_context)
             return logits.reshape(steps, batch, -1), values.reshape(steps, batch)
         flat = self._normalized(obs.reshape(steps * batch, *obs.shape[2:]))
-        features = self.encoder(flat).reshape(steps, batch, -1)
+        with encoder_context():
+            features = self.encoder(flat).float().reshape(steps, batch, -1)
         cuts = [0]
         if resets is not None:
             cuts += [t for t in range(1, steps) if bool(resets[t].any())]
@@ -302,6 +310,10 @@ class ActorCritic(nn.Module):
         if self.value_encoder is None:
             return self.policy(out), self.value(out).squeeze(-1)
         return self.policy(out), self.value(self.value_encoder(flat).reshape(steps, batch, -1)).squeeze(-1)
+
+
+def has_conv_encoder(model: ActorCritic) -> bool:
+    return any(isinstance(module, nn.Conv2d) for module in model.encoder.modules())
 
 
 def build_model(obs_shape: tuple[int, ...], num_actions: int, arch: Any, layout: Any = None) -> ActorCritic:

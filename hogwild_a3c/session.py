@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from .acting import resolve as resolve_acting
+from .precision import resolve as resolve_precision
 from .callbacks import ENDED, Callbacks
 from .checkpoint import Progress, restore_training
 from .files import WriteError, remove_stale_temp_files, shown
@@ -114,13 +115,16 @@ class Session:
                             under_torchrun=node is not None)
         callbacks = Callbacks(self.user_callbacks, stop=lambda line: policy.stop_by_callback(line, ENDED),
                               failed=recorder.error)
-        act_backend, acting_line = resolve_acting(cfg.act_backend, build_model(
-            prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg, prepared.env_info.layout))
-        # The children get the backend chosen here; config.json keeps what was asked for.
-        children = make_children(dataclasses.replace(cfg, act_backend=act_backend), prepared.env_info, shared,
-                                 str(run_dir), session, node=node, progress=shared.global_step())
+        model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg, prepared.env_info.layout)
+        act_backend, acting_line = resolve_acting(cfg.act_backend, model)
+        learn_precision, precision_line = resolve_precision(cfg.learn_precision, model)
+        # The children get what was chosen here for this machine; config.json keeps what was asked for.
+        chosen = dataclasses.replace(cfg, act_backend=act_backend, learn_precision=learn_precision)
+        children = make_children(chosen, prepared.env_info, shared, str(run_dir), session, node=node,
+                                 progress=shared.global_step())
         loop = RunLoop(cfg, run_dir, shared, recorder, policy, before, session, children, callbacks)
         recorder.log(acting_line)
+        recorder.log(precision_line)
         self._say_what_was_found(recorder, dead_sessions)
         previous = _catch_signals(policy, recorder)
         try:

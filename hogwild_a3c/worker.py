@@ -46,6 +46,7 @@ from .algo import a3c_loss, rollout_targets
 from .config import Config
 from .envs import EnvInfo, env_options, make_env
 from .model import State, build_model, sample_actions
+from .precision import encoder_context
 from .shared import WorkerLink
 
 
@@ -101,6 +102,7 @@ class Worker:
         # Walking the module tree for parameters() costs more than a small model's update step.
         self.params = list(self.model.parameters())
         self.actor = make_actor(cfg.act_backend, self.model)  # acts with what the model held at its last refresh
+        self.encoder_context = encoder_context(cfg.learn_precision)
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]
         self.obs = np.zeros((self.num_envs, *env_info.obs_shape), dtype=np.float32)
         self.episode_return = np.zeros(self.num_envs)
@@ -263,7 +265,8 @@ class Worker:
         )
         phase_done("targets")
         obs = torch.from_numpy(rollout.obs)
-        logits, values = self.model.replay(obs, rollout.start_state, torch.from_numpy(rollout.resets))
+        logits, values = self.model.replay(obs, rollout.start_state, torch.from_numpy(rollout.resets),
+                                           self.encoder_context)
         phase_done("replay forward")
         loss = a3c_loss(
             logits.flatten(0, 1),

@@ -41,9 +41,9 @@ def test_lstm_state_carried_across_rollouts_and_reset_at_episode_end():
     replay_starts = []
     original_replay = worker.model.replay
 
-    def replay_spy(obs, state, resets=None):
+    def replay_spy(obs, state, resets=None, *rest):
         replay_starts.append((state[0].clone(), resets.clone()))
-        return original_replay(obs, state, resets)
+        return original_replay(obs, state, resets, *rest)
 
     worker.model.replay = replay_spy
     end_states = []
