@@ -2,15 +2,16 @@
 on this CPU, against float32, and how far its gradients are from float32's.
 
 One real Worker (one thread, as the trainer gives each worker) on Pong with the `atari` preset
-collects --rollouts rollouts of real frames. Then, rollout by rollout and alternating which goes
-first, the worker's own `learn` (replay forward, loss, backward, clip, Adam) runs once in float32
-and once under `torch.autocast("cpu", torch.bfloat16)`: master weights, gradients and Adam stay
-float32, only the forward's matmuls and convolutions run in bf16. The acting forward
-(`model.step` on the preset's batch of envs) is timed the same way. Medians of the per-rollout
-times and of their ratio (float32 / bf16: above 1 means bf16 is faster).
+collects --rollouts rollouts of real frames. Then, rollout by rollout and rotating which goes
+first, the worker's own `learn` (replay forward, loss, backward, clip, Adam) runs once in each
+precision: float32; the encoder in bf16 (what `--learn-precision bf16` does: autocast around the
+encoder only, the LSTM, heads, loss, gradients and Adam in float32); and the whole learn step
+under `torch.autocast("cpu", torch.bfloat16)` (the LSTM and heads' matmuls too). The acting
+forward (`model.step` on the preset's batch of envs) is timed in float32 and under whole autocast.
+Medians of the per-rollout times and of their ratio (float32 / other: above 1 means faster).
 
 Gradient agreement: for each rollout, from the same weights, the cosine similarity and the
-relative L2 distance between the float32 gradient and the bf16 one, and the same between two
+relative L2 distance between the float32 gradient and each bf16 one, and the same between two
 float32 gradients of the rollout under a weight perturbation of 1e-3 relative size, as a scale of
 what a harmless difference looks like. Writes experiments/results/precision/<date>-<name>.md.
 """
@@ -28,18 +29,24 @@ def main():
     cfg, worker, reports = pong_worker(args.preset)
     import torch
 
+    from hogwild_a3c.precision import encoder_context
+
     def bf16():
         return torch.autocast("cpu", dtype=torch.bfloat16)
 
-    precisions = {"float32": contextlib.nullcontext, "bf16": bf16}
+    # name -> (what the whole learn step runs under, the worker's encoder precision)
+    precisions = {"float32": (contextlib.nullcontext, "float32"), "bf16 encoder": (contextlib.nullcontext, "bf16"),
+                  "bf16 whole step": (bf16, "float32")}
     learn_ms: dict[str, list[float]] = {name: [] for name in precisions}
-    act_ms: dict[str, list[float]] = {name: [] for name in precisions}
-    agreement: dict[str, list[tuple[float, float]]] = {"bf16 vs float32": [], "float32, weights moved 1e-3": []}
+    act_ms: dict[str, list[float]] = {name: [] for name in ("float32", "bf16 whole step")}
+    agreement: dict[str, list[tuple[float, float]]] = {"bf16 encoder vs float32": [], "bf16 whole step vs float32": [],
+                                                       "float32, weights moved 1e-3": []}
 
     class GradientTaken(Exception):
         """Raised after learn's backward, so that its Adam step does not move the shared weights."""
 
-    def gradient_of(rollout, context) -> torch.Tensor:
+    def gradient_of(rollout, precision: str) -> torch.Tensor:
+        context, worker.encoder_context = precisions[precision][0], encoder_context(precisions[precision][1])
         grads = []
 
         def grab(phase: str) -> None:
@@ -61,9 +68,10 @@ def main():
         rollout = worker.collect()
         if rollout is None:  # an env raised; the worker recreated it
             continue
-        order = list(precisions) if index % 2 == 0 else list(reversed(precisions))
-        for name in order:
-            with precisions[name]():
+        names = list(precisions)
+        for name in names[index % len(names):] + names[:index % len(names)]:
+            context, worker.encoder_context = precisions[name][0], encoder_context(precisions[name][1])
+            with context():
                 start = time.perf_counter()
                 worker.learn(rollout)
                 learn = time.perf_counter() - start
@@ -74,29 +82,32 @@ def main():
                 act = (time.perf_counter() - start) / 10
             if index >= 5:  # warm-up rollouts are not counted
                 learn_ms[name].append(learn * 1e3)
-                act_ms[name].append(act * 1e3)
+                if name in act_ms:
+                    act_ms[name].append(act * 1e3)
         reports.read()
         if index >= 5 and index % 3 == 0:
             worker.link.pull(worker.model)
-            reference = gradient_of(rollout, contextlib.nullcontext)
-            agreement["bf16 vs float32"].append(compare(reference, gradient_of(rollout, bf16)))
+            reference = gradient_of(rollout, "float32")
+            for name in ("bf16 encoder", "bf16 whole step"):
+                agreement[f"{name} vs float32"].append(compare(reference, gradient_of(rollout, name)))
             with torch.no_grad():
                 for p in worker.model.parameters():
                     p.add_(torch.randn_like(p) * 1e-3 * p.abs().mean())
-            moved = gradient_of(rollout, contextlib.nullcontext)
+            moved = gradient_of(rollout, "float32")
             agreement["float32, weights moved 1e-3"].append(compare(reference, moved))
 
     lines = [header("bfloat16 autocast against float32: one worker's learn step and acting forward",
-                    f"python experiments/bench_precision.py --rollouts {args.rollouts} --preset {args.preset}",
+                    f"python experiments/bench_precision.py --rollouts {args.rollouts} --preset {args.preset} "
+                    f"--name {args.name}",
                     {"cpu bf16": f"avx512_bf16={torch.cpu._is_avx512_bf16_supported()}, "
                                  f"amx={torch.cpu._is_amx_tile_supported()}",
                      "batch": f"{cfg.envs_per_worker} envs x {cfg.rollout_steps} steps ({args.preset})"})]
-    lines.append("| phase | float32 ms | bf16 ms | float32 / bf16 (median of per-rollout ratios) |")
+    lines.append("| phase | precision | ms (median) | float32 / this (median of per-rollout ratios) |")
     lines.append("|---|---|---|---|")
     for phase, times in (("learn step", learn_ms), (f"acting forward ({cfg.envs_per_worker} envs)", act_ms)):
-        ratio = statistics.median(a / b for a, b in zip(times["float32"], times["bf16"]))
-        lines.append(f"| {phase} | {statistics.median(times['float32']):.2f} | {statistics.median(times['bf16']):.2f} "
-                     f"| {ratio:.2f}x |")
+        for name, ms in times.items():
+            ratio = statistics.median(a / b for a, b in zip(times["float32"], ms))
+            lines.append(f"| {phase} | {name} | {statistics.median(ms):.2f} | {ratio:.2f}x |")
     lines.append("")
     lines.append("| gradients compared | cosine similarity (median, min) | relative L2 distance (median, max) |")
     lines.append("|---|---|---|")

@@ -14,7 +14,8 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager
+from typing import Any
 
 import numpy as np
 import torch
@@ -239,7 +240,7 @@ class ActorCritic(nn.Module):
         return obs if self.obs_norm is None else self.obs_norm.normalize(obs)
 
     def _feedforward(
-        self, obs: torch.Tensor, encoder_context: Callable[[], ContextManager[object]] = contextlib.nullcontext,
+        self, obs: torch.Tensor, encoder_context: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The mlp core: logits and values of a batch of observations."""
         obs = self._normalized(obs)
@@ -277,7 +278,7 @@ class ActorCritic(nn.Module):
 
     def replay(
         self, obs: torch.Tensor, state: State, resets: torch.Tensor | None = None,
-        encoder_context: Callable[[], ContextManager[object]] = contextlib.nullcontext,
+        encoder_context: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Re-run a rollout: obs [T, B, *obs_shape] from `state` -> logits [T, B, A], values [T, B].
 

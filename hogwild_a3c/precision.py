@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import ContextManager
+from contextlib import AbstractContextManager
 
 import torch
 
@@ -40,7 +40,7 @@ def resolve(requested: str, model: ActorCritic) -> tuple[str, str]:
                     "AVX-512 BF16 or AMX; the LSTM, heads, gradients and optimizer stay float32)")
 
 
-def encoder_context(precision: str) -> Callable[[], ContextManager[object]]:
+def encoder_context(precision: str) -> Callable[[], AbstractContextManager[object]]:
     """What the learn step's encoder forward runs under for `precision` (resolved: float32 or bf16)."""
     if precision == "bf16":
         return lambda: torch.autocast("cpu", dtype=torch.bfloat16)

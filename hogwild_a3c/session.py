@@ -19,7 +19,6 @@ from typing import Any
 import torch
 
 from .acting import resolve as resolve_acting
-from .precision import resolve as resolve_precision
 from .callbacks import ENDED, Callbacks
 from .checkpoint import Progress, restore_training
 from .files import WriteError, remove_stale_temp_files, shown
@@ -27,6 +26,7 @@ from .logs import last_time_s
 from .meta import KILLED, close_dead_sessions
 from .model import build_model
 from .optim import LrSchedule
+from .precision import resolve as resolve_precision
 from .process import flush_denormals
 from .recorder import Recorder
 from .run_loop import RunLoop

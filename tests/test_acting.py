@@ -20,10 +20,10 @@ from hogwild_a3c.training import ConfigError, prepare
 from hogwild_a3c.worker import Worker
 
 
-def conv_worker(act_backend="onnxruntime"):
+def conv_worker(act_backend="onnxruntime", learn_precision="float32"):
     # CueImage-v0: an 8x8 RGB image (a conv encoder), episodes of 8 steps, so rollouts of 6 cross episode ends.
     cfg = Config(env="tests.envs:CueImage-v0", num_workers=0, envs_per_worker=3, rollout_steps=6, lstm_size=16,
-                 normalize_obs=True, act_backend=act_backend)
+                 normalize_obs=True, act_backend=act_backend, learn_precision=learn_precision)
     info = describe_env(cfg.env, cfg.env_kwargs)
     torch.manual_seed(0)
     shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg, info.layout), 1, "adam",
@@ -158,18 +158,20 @@ def test_asking_for_onnxruntime_where_it_cannot_act_is_one_line_before_anything_
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("backend, line", [("auto", "acting in onnxruntime"),
-                                           ("torch", "acting in torch (--act-backend torch)")])
-def test_a_real_run_acts_through_the_backend_in_its_workers_and_evaluator(tmp_path, backend, line):
+@pytest.mark.parametrize("backend, line, precision", [("auto", "acting in onnxruntime", "bf16"),
+                                                      ("torch", "acting in torch (--act-backend torch)", "float32")])
+def test_a_real_run_acts_through_the_backend_in_its_workers_and_evaluator(tmp_path, backend, line, precision):
     """Two worker processes and the evaluator build their actors from the name the main process
-    chose; an actor that failed to build or to step would stop the run with exit 1."""
+    chose; an actor that failed to build or to step would stop the run with exit 1. The workers
+    learn in the precision asked for (bf16 emulated where the CPU lacks it)."""
     run_dir = tmp_path / "run"
     code = train.main(["--env", "tests.envs:CueImage-v0", "--lstm-size", "16", "--num-workers", "2",
-                       "--act-backend", backend, "--max-steps", "10000000", "--target-return", "-1",
+                       "--act-backend", backend, "--learn-precision", precision,
+                       "--max-steps", "10000000", "--target-return", "-1",
                        "--eval-interval", "1", "--eval-episodes", "2", "--no-progress", "--run-dir", str(run_dir)])
     assert code == 0
     log = (run_dir / "train.log").read_text()
-    assert line in log
+    assert line in log and f"learning with the encoder in {precision} (--learn-precision {precision}" in log
     assert len(pd.read_csv(run_dir / "episodes.csv")) > 0 and len(pd.read_csv(run_dir / "eval.csv")) >= 2
     assert json.loads((run_dir / "config.json").read_text())["act_backend"] == backend  # what was asked for
 
