@@ -13,24 +13,40 @@ Parts (`--part`):
   2 threads. Interleaved: each repeat runs every row once. Writes
   experiments/results/peers/<date>-raw-env.md.
 
-The learning races of issue 36 (Sample Factory, rl_games on EnvPool, PufferLib: Pong to +18,
-Breakout and SpaceInvaders at 30 minutes) are not built yet; the results file says so.
+- pong: Pong without sticky actions, each trainer with its own published Atari settings, until
+  the mean return of its last 20 training episodes reaches +18 or --budget-minutes pass: the
+  wall time from the command's start and the agent steps (a peer's frames / 4) at that point,
+  and where the budget ran out, where each got to. Ours with no flags (`hogwild_a3c.train`, its
+  episodes.csv; our evaluator's first 5-episode mean of +18 beside it); Sample Factory 2.1.1's
+  own Atari example (`peers/sample_factory/train_sf.py`, its `Avg episode reward` over
+  `--stats_avg 20` and `Total num frames`). Writes experiments/results/peers/<date>-pong.md.
+
+Not built yet: Breakout and SpaceInvaders at 30 minutes, rl_games on EnvPool, PufferLib; the
+results files say so.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import re
+import signal
 import statistics
 import subprocess
 import sys
+import time
 import venv
+from collections.abc import Callable
+from pathlib import Path
 
-from benchlib import EXPERIMENTS, header, markdown_table, write_dated_result
+from benchlib import EXPERIMENTS, REPO, RUNS, header, markdown_table, write_dated_result
 from raw_env import SECONDS, WARMUP, raw_env_steps_per_s
 
 PEERS = EXPERIMENTS / "peers"
-NOT_RACED = ("Sample Factory (APPO), rl_games (PPO on EnvPool) and PufferLib: not run yet; the Pong, Breakout and "
-             "SpaceInvaders races of issue 36 are still to be built")
+NOT_RACED = ("rl_games (PPO on EnvPool) and PufferLib: not run yet; the Breakout and SpaceInvaders races of "
+             "issue 36 are still to be built")
+TARGET, LAST_EPISODES = 18.0, 20  # the race's finish: the mean of the last 20 training episodes reaches +18
 
 
 def peer_python(peer: str) -> str:
@@ -99,16 +115,154 @@ def raw_env_part(args) -> str:
     return text
 
 
+# (the 20-episode mean or None, agent steps so far): what a trainer has reached, read from its own files
+Reading = tuple[float | None, int]
+
+
+def race(command: list[str], cwd: Path, log: Path, budget_s: float, read: Callable[[], Reading],
+         env: dict | None = None) -> dict:
+    """Run `command` until `read` says the last 20 training episodes average +18, or `budget_s`
+    passes, polling every 2 s; then stop it (SIGINT, so ours saves; its whole process group is
+    killed if it lingers). Times are wall seconds from the command's start, start-up included."""
+    start = time.monotonic()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        result: dict = {"seconds_to_target": None, "steps_to_target": None}
+        mean, steps = None, 0
+        try:
+            while proc.poll() is None and time.monotonic() - start < budget_s:
+                time.sleep(2)
+                mean, steps = read()
+                if mean is not None and mean >= TARGET:
+                    result.update(seconds_to_target=time.monotonic() - start, steps_to_target=steps)
+                    break
+        finally:
+            stopped = time.monotonic() - start
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=90)
+                except subprocess.TimeoutExpired:
+                    pass
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # any child left behind (a peer's sampler processes)
+            proc.wait()
+    mean, steps = read()
+    result.update(stopped_s=stopped, steps_at_stop=steps, mean_last_at_stop=mean, exit_code=proc.returncode,
+                  steps_per_s=steps / stopped if stopped else 0.0)
+    return result
+
+
+def csv_rows(path: Path) -> list[list[str]]:
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()[1:]
+    return [line.split(",") for line in lines if line.count(",") >= 3]
+
+
+def ours_reading(run_dir: Path) -> Reading:
+    rows = csv_rows(run_dir / "episodes.csv")  # time_s, global_step, worker, episode_return, episode_length
+    if not rows:
+        return None, 0
+    last = [float(row[3]) for row in rows[-LAST_EPISODES:]]
+    return (statistics.mean(last) if len(last) == LAST_EPISODES else None), int(rows[-1][1])
+
+
+def ours_first_evaluation_at_target(run_dir: Path) -> tuple[float, int] | None:
+    """Our evaluator's figure: the trainer clock and step of its first 5-episode mean of +18."""
+    evaluations: dict[tuple[str, str], list[float]] = {}
+    for row in csv_rows(run_dir / "eval.csv"):  # time_s, global_step, episode_return, episode_length
+        evaluations.setdefault((row[0], row[1]), []).append(float(row[2]))
+    for (time_s, step), returns in evaluations.items():
+        if statistics.mean(returns) >= TARGET:
+            return float(time_s), int(step)
+    return None
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+SF_FRAMES = re.compile(r"Total num frames: (\d+)")
+SF_REWARD = re.compile(r"Avg episode reward: \[\(0, '(-?[\d.]+)'\)\]")
+
+
+def sample_factory_reading(log: Path) -> Reading:
+    """Its `Avg episode reward` (the last --stats_avg 20 training episodes, full games: its
+    RecordEpisodeStatistics wraps the env before the life-loss and clipping wrappers) and its
+    `Total num frames` (frames: agent steps x its frameskip of 4, with summaries_use_frameskip)."""
+    text = ANSI.sub("", log.read_text(errors="replace")) if log.exists() else ""
+    frames, rewards = SF_FRAMES.findall(text), SF_REWARD.findall(text)
+    return (float(rewards[-1]) if rewards else None), (int(frames[-1]) // 4 if frames else 0)
+
+
+SF_FLAGS = ["--device", "cpu", "--stats_avg", str(LAST_EPISODES)]  # all it changes from the example's defaults
+
+
+def pong_part(args) -> str:
+    sf_python = peer_python("sample_factory")
+    out = RUNS / "peers" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True)
+    rows = []
+    for seed in args.seeds:
+        run_dir = out / f"ours-s{seed}"
+        command = [sys.executable, "-m", "hogwild_a3c.train", "--env", "ALE/Pong-v5", "--env-kwargs",
+                   "repeat_action_probability=0.0", "--seed", str(seed),
+                   "--max-seconds", str(args.budget_minutes * 60 + 60), "--no-progress", "--run-dir", str(run_dir)]
+        result = race(command, REPO, out / f"ours-s{seed}.log", args.budget_minutes * 60,
+                      lambda run_dir=run_dir: ours_reading(run_dir))
+        evaluation = ours_first_evaluation_at_target(run_dir)
+        rows.append({"trainer": "hogwild_a3c (ours), no flags", "seed": seed, **result,
+                     "our evaluator at +18 (min, steps)": "-" if evaluation is None else
+                     f"{evaluation[0] / 60:.1f}, {evaluation[1]:,}"})
+        print(rows[-1], flush=True)
+        log = out / f"sample-factory-s{seed}.log"
+        command = [sf_python, str(PEERS / "sample_factory" / "train_sf.py"), "--env", "atari_pong", "--experiment",
+                   f"pong-s{seed}", "--train_dir", str(out / "sample-factory"), "--seed", str(seed), *SF_FLAGS]
+        result = race(command, PEERS / "sample_factory", log, args.budget_minutes * 60,
+                      lambda log=log: sample_factory_reading(log))
+        rows.append({"trainer": "Sample Factory 2.1.1, APPO, its Atari example", "seed": seed, **result,
+                     "our evaluator at +18 (min, steps)": "-"})
+        print(rows[-1], flush=True)
+    table = [{"trainer": row["trainer"], "seed": row["seed"],
+              "minutes to +18": "not in budget" if row["seconds_to_target"] is None else
+              f"{row['seconds_to_target'] / 60:.1f}",
+              "agent steps to +18": "-" if row["steps_to_target"] is None else f"{row['steps_to_target']:,}",
+              "stopped at (min)": f"{row['stopped_s'] / 60:.1f}", "agent steps then": f"{row['steps_at_stop']:,}",
+              "mean of last 20 then": "-" if row["mean_last_at_stop"] is None else f"{row['mean_last_at_stop']:.1f}",
+              "agent steps/s": f"{row['steps_per_s']:,.0f}",
+              "our evaluator at +18 (min, steps)": row["our evaluator at +18 (min, steps)"]} for row in rows]
+    command = "make bench-peers" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")
+    text = header("Pong to a training mean of +18: ours against Sample Factory", command, {
+        "finish": f"the mean return of the last {LAST_EPISODES} training episodes reaches +{TARGET:g}, read every 2 s "
+                  "from each trainer's own output (ours: episodes.csv; Sample Factory: its 'Avg episode reward' "
+                  "with --stats_avg 20, reported every 5 s); wall time from the command's start, start-up included; "
+                  f"budget {args.budget_minutes:g} min a run; runs interleaved, one at a time",
+        "env": "Pong without sticky actions: ours ALE/Pong-v5 with repeat_action_probability=0 and our atari "
+               "preset's protocol (42x42 frames, noop starts, FIRE at reset, life loss, clipped rewards in "
+               "training); Sample Factory PongNoFrameskip-v4 with its example's wrappers (84x84 grey, 4 frames "
+               "stacked, frameskip 4 with max-pooling, noop starts, FIRE at reset, life loss, clipped rewards)",
+        "Sample Factory": "2.1.1 in experiments/peers/sample_factory/.venv (requirements.txt there: torch 2.13.0+cpu, "
+                          "gymnasium 0.29.1, ale-py 0.9.1, numpy 1.26.4); its sf_examples.atari defaults (APPO: "
+                          "8 workers x 1 env, rollout 128, batch 256, 4 epochs, lr 2.5e-4 linear decay, the Nature "
+                          f"CNN) with only `{' '.join(SF_FLAGS)}`: no GPU here, and a 20-episode window like ours",
+        "run files": str(out.relative_to(REPO)),
+    })
+    text += "\n" + markdown_table(table, list(table[0]))
+    text += f"\nPeers not raced in this file: {NOT_RACED}.\n"
+    return text
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["raw-env"], default="raw-env")
+    parser.add_argument("--part", choices=["raw-env", "pong"], default="raw-env")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="pong: seeds, each trainer once per seed")
+    parser.add_argument("--budget-minutes", type=float, default=30.0, help="pong: the most a run may take")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--warmup", type=float, default=WARMUP)
     args = parser.parse_args()
-    if args.repeats < 1 or args.seconds <= 0 or args.warmup < 0:
-        parser.error("--repeats must be at least 1, --seconds above 0 and --warmup at least 0")
-    write_dated_result("peers", args.part, raw_env_part(args))
+    if args.repeats < 1 or args.seconds <= 0 or args.warmup < 0 or args.budget_minutes <= 0:
+        parser.error("--repeats must be at least 1, --seconds and --budget-minutes above 0 and --warmup at least 0")
+    write_dated_result("peers", args.part, raw_env_part(args) if args.part == "raw-env" else pong_part(args))
 
 
 if __name__ == "__main__":
