@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import re
@@ -101,8 +102,7 @@ def raw_env_part(args) -> str:
     table = [{"environment": name, "agent steps/s": statistics.median(values),
               "against ale-py (ours)": statistics.median(values) / reference,
               "runs": ", ".join(f"{v:,.0f}" for v in values)} for name, values in samples.items()]
-    command = "make bench-peers" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")
-    text = header("The raw Atari environment: ale-py against EnvPool", command, {
+    text = header("The raw Atari environment: ale-py against EnvPool", make_command(), {
                       "env": "ALE/Pong-v5 (EnvPool: Pong-v5), frameskip 4, repeat_action_probability 0, random actions",
                       "EnvPool": f"{', '.join(sorted(versions))} in experiments/peers/envpool/.venv "
                                  "(requirements.txt there); episodic_life and reward_clip off, "
@@ -115,18 +115,23 @@ def raw_env_part(args) -> str:
     return text
 
 
+def make_command() -> str:
+    """How this run was asked for, for the results file's header."""
+    return "make bench-peers" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")
+
+
 # (the 20-episode mean or None, agent steps so far): what a trainer has reached, read from its own files
 Reading = tuple[float | None, int]
 
 
 def race(command: list[str], cwd: Path, log: Path, budget_s: float, read: Callable[[], Reading],
-         env: dict | None = None) -> dict:
-    """Run `command` until `read` says the last 20 training episodes average +18, or `budget_s`
-    passes, polling every 2 s; then stop it (SIGINT, so ours saves; its whole process group is
-    killed if it lingers). Times are wall seconds from the command's start, start-up included."""
+         target: float | None = TARGET) -> dict:
+    """Run `command` until `read` says its training episodes average `target` (None: never), or
+    `budget_s` passes, polling every 2 s; then stop it (SIGINT, so ours saves; its whole process
+    group is killed if it lingers). Times are wall seconds from the command's start, start-up included."""
     start = time.monotonic()
     with open(log, "w") as out:
-        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         result: dict = {"seconds_to_target": None, "steps_to_target": None}
         mean, steps = None, 0
@@ -134,7 +139,7 @@ def race(command: list[str], cwd: Path, log: Path, budget_s: float, read: Callab
             while proc.poll() is None and time.monotonic() - start < budget_s:
                 time.sleep(2)
                 mean, steps = read()
-                if mean is not None and mean >= TARGET:
+                if target is not None and mean is not None and mean >= target:
                     result.update(seconds_to_target=time.monotonic() - start, steps_to_target=steps)
                     break
         finally:
@@ -161,23 +166,27 @@ def csv_rows(path: Path) -> list[list[str]]:
     return [line.split(",") for line in lines if line.count(",") >= 3]
 
 
-def ours_reading(run_dir: Path) -> Reading:
+def ours_reading(run_dir: Path, window: int = LAST_EPISODES) -> Reading:
+    """The mean return of our last `window` training episodes (whole games: a lost life ends no
+    episode in episodes.csv), None before there are that many, and the agent steps so far."""
     rows = csv_rows(run_dir / "episodes.csv")  # time_s, global_step, worker, episode_return, episode_length
     if not rows:
         return None, 0
-    last = [float(row[3]) for row in rows[-LAST_EPISODES:]]
-    return (statistics.mean(last) if len(last) == LAST_EPISODES else None), int(rows[-1][1])
+    last = [float(row[3]) for row in rows[-window:]]
+    return (statistics.mean(last) if len(last) == window else None), int(rows[-1][1])
 
 
-def ours_first_evaluation_at_target(run_dir: Path) -> tuple[float, int] | None:
-    """Our evaluator's figure: the trainer clock and step of its first 5-episode mean of +18."""
+def ours_evaluator_figure(run_dir: Path) -> str:
+    """Our evaluator's figure: the trainer clock and step of its first 5-episode mean of +18, or
+    its best mean when none reached it before the race stopped."""
     evaluations: dict[tuple[str, str], list[float]] = {}
     for row in csv_rows(run_dir / "eval.csv"):  # time_s, global_step, episode_return, episode_length
         evaluations.setdefault((row[0], row[1]), []).append(float(row[2]))
     for (time_s, step), returns in evaluations.items():
         if statistics.mean(returns) >= TARGET:
-            return float(time_s), int(step)
-    return None
+            return f"{float(time_s) / 60:.1f} min, {int(step):,} steps"
+    best = max((statistics.mean(returns) for returns in evaluations.values()), default=None)
+    return "no evaluation" if best is None else f"not reached; best mean {best:.1f}"
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -186,7 +195,7 @@ SF_REWARD = re.compile(r"Avg episode reward: \[\(0, '(-?[\d.]+)'\)\]")
 
 
 def sample_factory_reading(log: Path) -> Reading:
-    """Its `Avg episode reward` (the last --stats_avg 20 training episodes, full games: its
+    """Its `Avg episode reward` (the last --stats_avg training episodes, full games: its
     RecordEpisodeStatistics wraps the env before the life-loss and clipping wrappers) and its
     `Total num frames` (frames: agent steps x its frameskip of 4, with summaries_use_frameskip)."""
     text = ANSI.sub("", log.read_text(errors="replace")) if log.exists() else ""
@@ -194,7 +203,7 @@ def sample_factory_reading(log: Path) -> Reading:
     return (float(rewards[-1]) if rewards else None), (int(frames[-1]) // 4 if frames else 0)
 
 
-SF_FLAGS = ["--device", "cpu", "--stats_avg", str(LAST_EPISODES)]  # all it changes from the example's defaults
+SF_FLAGS = ["--device", "cpu"]  # with --stats_avg, all that changes from its example's defaults
 
 
 def pong_part(args) -> str:
@@ -208,19 +217,18 @@ def pong_part(args) -> str:
                    "repeat_action_probability=0.0", "--seed", str(seed),
                    "--max-seconds", str(args.budget_minutes * 60 + 60), "--no-progress", "--run-dir", str(run_dir)]
         result = race(command, REPO, out / f"ours-s{seed}.log", args.budget_minutes * 60,
-                      lambda run_dir=run_dir: ours_reading(run_dir))
-        evaluation = ours_first_evaluation_at_target(run_dir)
+                      functools.partial(ours_reading, run_dir))
         rows.append({"trainer": "hogwild_a3c (ours), no flags", "seed": seed, **result,
-                     "our evaluator at +18 (min, steps)": "-" if evaluation is None else
-                     f"{evaluation[0] / 60:.1f}, {evaluation[1]:,}"})
+                     "our evaluator at +18": ours_evaluator_figure(run_dir)})
         print(rows[-1], flush=True)
         log = out / f"sample-factory-s{seed}.log"
         command = [sf_python, str(PEERS / "sample_factory" / "train_sf.py"), "--env", "atari_pong", "--experiment",
-                   f"pong-s{seed}", "--train_dir", str(out / "sample-factory"), "--seed", str(seed), *SF_FLAGS]
+                   f"pong-s{seed}", "--train_dir", str(out / "sample-factory"), "--seed", str(seed), *SF_FLAGS,
+                   "--stats_avg", str(LAST_EPISODES)]
         result = race(command, PEERS / "sample_factory", log, args.budget_minutes * 60,
-                      lambda log=log: sample_factory_reading(log))
+                      functools.partial(sample_factory_reading, log))
         rows.append({"trainer": "Sample Factory 2.1.1, APPO, its Atari example", "seed": seed, **result,
-                     "our evaluator at +18 (min, steps)": "-"})
+                     "our evaluator at +18": "-"})
         print(rows[-1], flush=True)
     table = [{"trainer": row["trainer"], "seed": row["seed"],
               "minutes to +18": "not in budget" if row["seconds_to_target"] is None else
@@ -229,9 +237,8 @@ def pong_part(args) -> str:
               "stopped at (min)": f"{row['stopped_s'] / 60:.1f}", "agent steps then": f"{row['steps_at_stop']:,}",
               "mean of last 20 then": "-" if row["mean_last_at_stop"] is None else f"{row['mean_last_at_stop']:.1f}",
               "agent steps/s": f"{row['steps_per_s']:,.0f}",
-              "our evaluator at +18 (min, steps)": row["our evaluator at +18 (min, steps)"]} for row in rows]
-    command = "make bench-peers" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")
-    text = header("Pong to a training mean of +18: ours against Sample Factory", command, {
+              "our evaluator at +18": row["our evaluator at +18"]} for row in rows]
+    text = header("Pong to a training mean of +18: ours against Sample Factory", make_command(), {
         "finish": f"the mean return of the last {LAST_EPISODES} training episodes reaches +{TARGET:g}, read every 2 s "
                   "from each trainer's own output (ours: episodes.csv; Sample Factory: its 'Avg episode reward' "
                   "with --stats_avg 20, reported every 5 s); wall time from the command's start, start-up included; "
@@ -243,7 +250,61 @@ def pong_part(args) -> str:
         "Sample Factory": "2.1.1 in experiments/peers/sample_factory/.venv (requirements.txt there: torch 2.13.0+cpu, "
                           "gymnasium 0.29.1, ale-py 0.9.1, numpy 1.26.4); its sf_examples.atari defaults (APPO: "
                           "8 workers x 1 env, rollout 128, batch 256, 4 epochs, lr 2.5e-4 linear decay, the Nature "
-                          f"CNN) with only `{' '.join(SF_FLAGS)}`: no GPU here, and a 20-episode window like ours",
+                          f"CNN) with only `{' '.join(SF_FLAGS)}` (no GPU here) and `--stats_avg {LAST_EPISODES}` "
+                          "(our window)",
+        "run files": str(out.relative_to(REPO)),
+    })
+    text += "\n" + markdown_table(table, list(table[0]))
+    text += f"\nPeers not raced in this file: {NOT_RACED}.\n"
+    return text
+
+
+# The games of the 30-minute races: ours as `make train` runs Atari (ALE v5, sticky actions 0.25),
+# Sample Factory's example on the same ROM with the same stickiness (train_sf.py).
+STICKY_GAMES = {"breakout": ("ALE/Breakout-v5", "atari_breakout_sticky"),
+                "spaceinvaders": ("ALE/SpaceInvaders-v5", "atari_spaceinvaders_sticky")}
+WINDOW_30_MIN = 100
+
+
+def atari_30_min_part(args) -> str:
+    sf_python = peer_python("sample_factory")
+    out = RUNS / "peers" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True)
+    budget = args.budget_minutes * 60
+    rows = []
+    for game in args.games:
+        ours_env, sf_env = STICKY_GAMES[game]
+        for seed in args.seeds:
+            run_dir = out / f"ours-{game}-s{seed}"
+            command = [sys.executable, "-m", "hogwild_a3c.train", "--env", ours_env, "--seed", str(seed),
+                       "--max-seconds", str(budget + 60), "--no-progress", "--run-dir", str(run_dir)]
+            result = race(command, REPO, out / f"ours-{game}-s{seed}.log", budget,
+                          functools.partial(ours_reading, run_dir, WINDOW_30_MIN), target=None)
+            rows.append({"game": game, "trainer": "hogwild_a3c (ours), no flags", "seed": seed, **result})
+            print(rows[-1], flush=True)
+            log = out / f"sample-factory-{game}-s{seed}.log"
+            command = [sf_python, str(PEERS / "sample_factory" / "train_sf.py"), "--env", sf_env, "--experiment",
+                       f"{game}-s{seed}", "--train_dir", str(out / "sample-factory"), "--seed", str(seed),
+                       *SF_FLAGS, "--stats_avg", str(WINDOW_30_MIN)]
+            result = race(command, PEERS / "sample_factory", log, budget,
+                          functools.partial(sample_factory_reading, log), target=None)
+            rows.append({"game": game, "trainer": "Sample Factory 2.1.1, APPO, its Atari example", "seed": seed,
+                         **result})
+            print(rows[-1], flush=True)
+    table = [{"game": row["game"], "trainer": row["trainer"], "seed": row["seed"],
+              f"mean of last {WINDOW_30_MIN} training episodes": "-" if row["mean_last_at_stop"] is None else
+              f"{row['mean_last_at_stop']:.1f}",
+              "stopped at (min)": f"{row['stopped_s'] / 60:.1f}", "agent steps": f"{row['steps_at_stop']:,}",
+              "agent steps/s": f"{row['steps_per_s']:,.0f}"} for row in rows]
+    text = header(f"Atari with sticky actions after {args.budget_minutes:g} minutes: ours against Sample Factory",
+                  make_command(), {
+        "measure": f"the mean return of the last {WINDOW_30_MIN} training episodes (whole games) when "
+                   f"{args.budget_minutes:g} min of wall time from the command's start have passed, start-up "
+                   "included ('-': fewer episodes than that); runs one at a time, interleaved",
+        "env": "sticky actions 0.25, frameskip 4: ours ALE/<Game>-v5 with no flags (the atari preset); Sample "
+               "Factory <Game>NoFrameskip-v4 with repeat_action_probability 0.25 and its example's wrappers",
+        "Sample Factory": "2.1.1 in experiments/peers/sample_factory/.venv, its sf_examples.atari defaults with only "
+                          f"`{' '.join(SF_FLAGS)}` and `--stats_avg {WINDOW_30_MIN}`",
         "run files": str(out.relative_to(REPO)),
     })
     text += "\n" + markdown_table(table, list(table[0]))
@@ -253,16 +314,21 @@ def pong_part(args) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["raw-env", "pong"], default="raw-env")
+    parser.add_argument("--part", choices=["raw-env", "pong", "atari-30min"], default="raw-env")
+    parser.add_argument("--games", nargs="+", choices=sorted(STICKY_GAMES), default=sorted(STICKY_GAMES),
+                        help="atari-30min: the sticky-actions games")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="pong: seeds, each trainer once per seed")
-    parser.add_argument("--budget-minutes", type=float, default=30.0, help="pong: the most a run may take")
+    parser.add_argument("--budget-minutes", type=float, default=30.0,
+                        help="pong: the most a run may take; atari-30min: each run's length")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--warmup", type=float, default=WARMUP)
     args = parser.parse_args()
     if args.repeats < 1 or args.seconds <= 0 or args.warmup < 0 or args.budget_minutes <= 0:
         parser.error("--repeats must be at least 1, --seconds and --budget-minutes above 0 and --warmup at least 0")
-    write_dated_result("peers", args.part, raw_env_part(args) if args.part == "raw-env" else pong_part(args))
+    parts = {"raw-env": raw_env_part, "pong": pong_part, "atari-30min": atari_30_min_part}
+    name = args.part if args.part != "atari-30min" else f"atari-{args.budget_minutes:g}min"
+    write_dated_result("peers", name, parts[args.part](args))
 
 
 if __name__ == "__main__":
