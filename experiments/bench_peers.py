@@ -21,8 +21,13 @@ Parts (`--part`):
   own Atari example (`peers/sample_factory/train_sf.py`, its `Avg episode reward` over
   `--stats_avg 20` and `Total num frames`). Writes experiments/results/peers/<date>-pong.md.
 
-Not built yet: Breakout and SpaceInvaders at 30 minutes, rl_games on EnvPool, PufferLib; the
-results files say so.
+- atari-30min: Breakout and SpaceInvaders (`--games`) with sticky actions 0.25, each trainer for
+  --budget-minutes (30) of wall time: the mean return of its last 100 training episodes then,
+  and its agent steps. Ours with no flags on `ALE/<Game>-v5`; Sample Factory's example on
+  `<Game>NoFrameskip-v4` with the same stickiness (`train_sf.py`). Writes
+  experiments/results/peers/<date>-atari-<budget>min.md.
+
+Not built yet: rl_games on EnvPool and PufferLib; the results files say so.
 """
 from __future__ import annotations
 
