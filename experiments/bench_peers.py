@@ -50,8 +50,8 @@ from benchlib import EXPERIMENTS, REPO, RUNS, header, markdown_table, write_date
 from raw_env import SECONDS, WARMUP, raw_env_steps_per_s
 
 PEERS = EXPERIMENTS / "peers"
-NOT_RACED = ("rl_games (PPO on EnvPool) and PufferLib: not run yet; the Breakout and SpaceInvaders races of "
-             "issue 36 are still to be built")
+NOT_RACED = ("rl_games (PPO on EnvPool) and PufferLib: not run yet (rl-games 1.6.5's envpool extra pins envpool<0.7; "
+             "pufferlib 3.0.0 is listed here but not installed yet)")
 TARGET, LAST_EPISODES = 18.0, 20  # the race's finish: the mean of the last 20 training episodes reaches +18
 
 
@@ -202,9 +202,10 @@ SF_REWARD = re.compile(r"Avg episode reward: \[\(0, '(-?[\d.]+)'\)\]")
 
 
 def sample_factory_reading(log: Path) -> Reading:
-    """Its `Avg episode reward` (the last --stats_avg training episodes, full games: its
-    RecordEpisodeStatistics wraps the env before the life-loss and clipping wrappers) and its
-    `Total num frames` (frames: agent steps x its frameskip of 4, with summaries_use_frameskip)."""
+    """Its `Avg episode reward` (the last --stats_avg training episodes) and its `Total num frames`
+    (agent steps x its frameskip of 4, with summaries_use_frameskip). That reward is summed per
+    life and clipped: a game's score only in a game without lives and with rewards of +-1, as
+    Pong; for other games see `sample_factory_games_reading`."""
     text = ANSI.sub("", log.read_text(errors="replace")) if log.exists() else ""
     frames, rewards = SF_FRAMES.findall(text), SF_REWARD.findall(text)
     return (float(rewards[-1]) if rewards else None), (int(frames[-1]) // 4 if frames else 0)
