@@ -9,7 +9,10 @@ harness (budget, run dir, no progress bar). Per game: the mean of the last 100 t
 (both agents), the best and last evaluation means (ours: 5 episodes a minute in its own
 process, part of the wall time), minutes, steps/s, and the human-normalized score
 `(score - random) / (human - random)` with the DQN Nature paper's random and human scores; at
-the end the median of those over the games, and one figure with a panel per game.
+the end the median of those over the games; then ours per game, the mean over seeds (2 by
+default), beside Dopamine's DQN, Rainbow and IQN at 10M frames (configs/atari.json), with the
+median human-normalized score of those means, the games at or above Rainbow and those below DQN;
+and one figure with a panel per game, Dopamine's DQN and Rainbow drawn as lines.
 
 `GAMES="Breakout Qbert"` and `SEEDS="0 1"` choose (a session can run a few games; the report
 reads every finished run under experiments/runs/atari/ of the same name, and keeps the rows and
@@ -187,6 +190,30 @@ def panels_from(curves: Path, rows: list[dict]) -> dict[str, list[tuple[str, pd.
     return panels
 
 
+def per_game(rows: list[dict], config: dict) -> list[dict]:
+    """Ours per game, the mean over its seeds, beside Dopamine's agents at 10M frames."""
+    table = []
+    for game in dict.fromkeys(r["game"] for r in rows if r["agent"] == "hogwild_a3c"):
+        ours = [r for r in rows if r["game"] == game and r["agent"] == "hogwild_a3c"]
+        scores = [float(r[f"train_mean_{WINDOW}"]) for r in ours]
+        mean = statistics.mean(scores)
+        anchors = config["games"][game]["dopamine_10M_frames"]
+        table.append({"game": game, "seeds": len(ours), "per_seed": " / ".join(f"{v:,.1f}" for v in scores),
+                      "ours_mean": mean, "human_normalized": normalized(mean, game, config),
+                      **{f"{agent}_10M": value for agent, value in anchors.items()},
+                      "of_Rainbow": mean / anchors["Rainbow"]})
+    return table
+
+
+def anchor_summary(by_game: list[dict]) -> dict:
+    """Issue 37's yardsticks: the median human-normalized score over games, games at Rainbow's
+    10M-frame score or above, and games below DQN's."""
+    return {"games": len(by_game),
+            "median_human_normalized": statistics.median(g["human_normalized"] for g in by_game),
+            "at_or_above_Rainbow": sum(g["ours_mean"] >= g["Rainbow_10M"] for g in by_game),
+            "below_DQN": sum(g["ours_mean"] < g["DQN_10M"] for g in by_game)}
+
+
 def report(root: Path, config: dict, name: str, args) -> None:
     import matplotlib
 
@@ -203,6 +230,7 @@ def report(root: Path, config: dict, name: str, args) -> None:
         raise SystemExit(f"error: no finished run under {root} and no {out / (name + '.csv')}")
     for row in rows:
         row["A3C paper (16 cores, 1 day)"] = config["games"][row["game"]]["a3c_ff_1_day"]
+    by_game = per_game(rows, config)
     summary = []
     for agent in dict.fromkeys(r["agent"] for r in rows):
         scores = [r["human_normalized"] for r in rows if r["agent"] == agent]
@@ -213,6 +241,10 @@ def report(root: Path, config: dict, name: str, args) -> None:
     for axis, (game, lines) in zip(axes[0], panels.items()):
         for label, table, colour in lines:
             axis.plot(table["minutes"], table["train_mean"], color=colour, label=label, alpha=0.9)
+        anchors = config["games"][game]["dopamine_10M_frames"]
+        for anchor, style in (("DQN", ":"), ("Rainbow", "--")):
+            axis.axhline(anchors[anchor], color="grey", linestyle=style, linewidth=1,
+                         label=f"Dopamine {anchor}, 10M frames")
         axis.set_title(game)
         axis.set_xlabel("minutes")
         axis.grid(alpha=0.3)
@@ -240,8 +272,15 @@ def report(root: Path, config: dict, name: str, args) -> None:
                                     "(experiments/sb3_ppo_atari.py), run after ours on the same machine"
                                     if any(r["agent"] != "hogwild_a3c" for r in rows) else "none (--no-reference)"),
                       "human_normalized": "(train_mean - random) / (human - random), DQN Nature paper's scores",
+                      "anchors": "Dopamine's DQN, Rainbow and IQN at 10M frames (2.5M agent steps; these runs: "
+                                 f"{args.steps:,} steps), sticky actions 0.25, mean training return of 5 runs "
+                                 "(google/dopamine baselines/atari/data, iteration 9); per game below, ours is the "
+                                 "mean over seeds of the last 100 training episodes",
                   })
     text += "\n" + markdown_table(rows, list(rows[0])) + "\n" + markdown_table(summary, list(summary[0]))
+    if by_game:
+        text += "\n" + markdown_table(by_game, list(by_game[0])) + "\n" + markdown_table(
+            [anchor_summary(by_game)], list(anchor_summary(by_game)))
     text += f"\n![Atari curves]({name}.png)\n"
     (out / f"{name}.md").write_text(text)
     pd.DataFrame(rows).to_csv(out / f"{name}.csv", index=False)

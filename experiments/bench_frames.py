@@ -19,7 +19,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchlib import header, markdown_table, results_dir  # noqa: E402
-from hogwild_a3c.atari import Universe42, _linear_resize_matrix  # noqa: E402
+from hogwild_a3c.atari import UniverseFrames, _linear_resize_matrix  # noqa: E402
 from hogwild_a3c.envs import make_env  # noqa: E402
 
 PONG = {"repeat_action_probability": 0.0}
@@ -83,7 +83,7 @@ def main() -> int:
     args = parser.parse_args()
 
     rgb, grey = screens(500)
-    wrapper = Universe42(make_env("CartPole-v1"))  # only the preprocessing is timed
+    wrapper = UniverseFrames(make_env("CartPole-v1"))  # only the preprocessing is timed
     old_rgb_path = lambda frame: wrapper.observation(frame.mean(axis=2))  # noqa: E731 - before this change
     old_rgb = "universe, channel mean in float64 (before)"
     timings = {"luminance (grey screen)": [], "universe (RGB screen)": [], old_rgb: [],

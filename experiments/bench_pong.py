@@ -1,11 +1,12 @@
 """`make bench-pong`: Pong (no sticky actions, the anchors' setting) with the default flags until a
-mean evaluation return of +18 or the time budget, once per seed (`SEEDS="0 1 2"`, the default),
+mean evaluation return of +18 or the time budget (`--sticky`: ALE/Pong-v5 as it comes, sticky
+actions 0.25, as `make train` runs it; results pong-sticky.md), once per seed (`SEEDS="0 1 2"`, the default),
 one run after another so each has the whole machine; writes the time and steps to +18 of each
 run, their median, the throughput, the evaluator's share of env steps and of CPU, and the curves.
 After each run the raw env (the run's processes and envs on random actions, no model) is stepped
 for 20 s (`raw_env.SECONDS`), so the trainer's steps/s is also given as a ratio to the machine's speed of that hour.
 
-Only `--env` and `--env-kwargs repeat_action_probability=0.0` choose the algorithm: the rest of
+Only `--env` and `--env-kwargs repeat_action_probability=0.0` (none with `--sticky`) choose the algorithm: the rest of
 the command line is the harness (seed, target, budget, run dir). Evaluation runs as in any run
 (5 episodes every 60 s, in its own process) and its time is part of the wall time measured.
 Long: a target to run, not part of `make test`. `--report-only RUN_DIR...` rewrites the result
@@ -42,6 +43,8 @@ def main():
     parser.add_argument("--max-seconds", type=float, default=config["max_seconds"], help="budget of each run")
     parser.add_argument("--num-workers", type=int, help="default: one per core")
     parser.add_argument("--extra-flags", default="", help="flags added to every run (a variant, not the default)")
+    parser.add_argument("--sticky", action="store_true",
+                        help="ALE/Pong-v5 with its sticky actions (0.25), as `make train` runs it")
     parser.add_argument("--report-only", type=Path, nargs="+", metavar="RUN_DIR",
                         help="only write the result files for these runs")
     parser.add_argument("--out", help="name of the result files under experiments/results/pong/ "
@@ -50,16 +53,18 @@ def main():
     if args.out is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.out):
         parser.error(f"--out {args.out!r}: a file name of letters, digits, '.', '_' or '-' "
                      "(it becomes NAME.md and NAME.png)")
-    name = args.out or ("pong-variant" if args.extra_flags else "pong")
+    stem = "pong-sticky" if args.sticky else "pong"
+    name = args.out or (f"{stem}-variant" if args.extra_flags else stem)
+    env_flags = [] if args.sticky else config["flags"]
     extra = shlex.split(args.extra_flags) + (["--num-workers", args.num_workers] if args.num_workers else [])
     if args.report_only:
         run_dirs, walls = [d.resolve() for d in args.report_only], {}
     else:
         run_dirs, walls = [], {}
         for seed in args.seeds:
-            run_dir = RUNS / "pong" / f"{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
+            run_dir = RUNS / stem / f"{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
             started = time.monotonic()
-            code = run_trainer(["--env", config["env"], *config["flags"], *extra, "--seed", seed,
+            code = run_trainer(["--env", config["env"], *env_flags, *extra, "--seed", seed,
                          "--target-return", config["target_return"], "--max-seconds", args.max_seconds,
                          "--no-progress", "--run-dir", run_dir])
             walls[run_dir] = time.monotonic() - started
@@ -71,7 +76,7 @@ def main():
             run_dirs.append(run_dir)
     if not run_dirs:
         raise SystemExit("error: no run finished; nothing to report")
-    report(run_dirs, walls, config, args.extra_flags, name)
+    report(run_dirs, walls, config, args.extra_flags, name, env_flags)
 
 
 def measure_raw_env(run_dir: Path) -> None:
@@ -130,7 +135,7 @@ def run_row(run_dir: Path, wall_s: float | None, target: float) -> dict:
     }
 
 
-def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, name: str) -> None:
+def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, name: str, env_flags: list) -> None:
     from hogwild_a3c.plot import plot_runs
 
     rows = [run_row(d, walls.get(d), config["target_return"]) for d in run_dirs]
@@ -147,14 +152,15 @@ def report(run_dirs: list[Path], walls: dict, config: dict, extra_flags: str, na
         "median_eval_share": statistics.median(r["eval_share_of_env_steps"] for r in rows),
     }
     out_dir = results_dir("pong")
-    plot_runs(run_dirs, out_dir / f"{name}.png", "Pong (no sticky actions): evaluation return",
+    setting = "no sticky actions" if env_flags else "sticky actions 0.25"
+    plot_runs(run_dirs, out_dir / f"{name}.png", f"Pong ({setting}): evaluation return",
               labels=[r["run"] for r in rows])
     given = shlex.join(sys.argv[1:])
     command = ("make bench-pong" + (f" ARGS={shlex.quote(given)}" if given else "")
                + (f" SEEDS={shlex.quote(os.environ['SEEDS'])}" if os.environ.get("SEEDS") else ""))
-    text = header("Pong to a mean evaluation return of +18, default flags" if not extra_flags else
-                  f"Pong to +18, variant: {extra_flags}", command,
-                  {"algorithm flags": " ".join(["--env", config["env"], *config["flags"], extra_flags]).strip(),
+    text = header(f"Pong ({setting}) to a mean evaluation return of +18, default flags" if not extra_flags else
+                  f"Pong ({setting}) to +18, variant: {extra_flags}", command,
+                  {"algorithm flags": " ".join(["--env", config["env"], *env_flags, extra_flags]).strip(),
                    "harness flags": "--seed S --target-return 18 --max-seconds B --no-progress --run-dir DIR",
                    "budget": "budget_min per run (the run's --max-seconds)",
                    "wall time": "minutes_to_+18 is the trainer's clock at the first evaluation whose 5-episode mean "

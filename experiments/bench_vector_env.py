@@ -1,7 +1,7 @@
 """`make bench-vector-env`: acting's environment side, two ways, on one thread: the per-env Python
 loop a worker runs today (K `make_env` Pong envs, each ALE v5 + the 42x42 frame in numpy) against
 ale-py's `AtariVectorEnv` (C++ stepping of the K envs, batched raw 210x160 grey frames) with the
-reference's crop and resize done once per batch in numpy (`Frame42`'s matrices over the whole batch).
+reference's crop and resize done once per batch in numpy (`AtariFrame`'s matrices over the whole batch).
 
 Both run ALE v5's protocol as the Pong benchmark does: frameskip 4, ALE's last frame (no max
 pooling), no no-op starts, no FIRE, unclipped rewards, repeat_action_probability 0.0, random
@@ -37,13 +37,13 @@ def main():
     import ale_py
     import gymnasium as gym
 
-    from hogwild_a3c.envs import Frame42, make_env, parse_env_kwargs, register_atari
+    from hogwild_a3c.envs import AtariFrame, make_env, parse_env_kwargs, register_atari
 
     register_atari()
     config = load_config("throughput")
     env_id, env_kwargs = config["env"], parse_env_kwargs(config["env_kwargs"])
     game = env_id.split("/")[1].split("-")[0].lower()
-    batch42 = Frame42().grey_batch
+    batch42 = AtariFrame().grey_batch
 
     def python_loop():
         envs = [make_env(env_id, env_kwargs) for _ in range(args.envs)]

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .atari import Frame42, is_atari
+from .atari import AtariFrame, is_atari
 from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint, step_problem
 from .config import OLD_FIELD_NAMES, Config, config_from_dict, flag_name, typed_values, with_current_names
 from .envs import EnvInfo, EnvSpecError, describe_env, env_options, make_env, unconsented_module
@@ -157,7 +157,7 @@ class Policy:
         self.cfg = cfg
         self.env_info = env_info
         self.checkpoint = checkpoint
-        self._frame42 = Frame42() if len(env_info.obs_shape) == 3 and is_atari(cfg.env) else None
+        self._atari_frame = AtariFrame(cfg.image_size) if len(env_info.obs_shape) == 3 and is_atari(cfg.env) else None
 
     def make_env(self, render_mode: str | None = None) -> Any:
         """The env as the trainer made it (id, keyword arguments, preprocessing)."""
@@ -175,8 +175,8 @@ class Policy:
                 raise ValueError(f"observation {shown(obs)} does not fit this policy's observation space: "
                                  f"{layout.describe()} ({type(exc).__name__}: {exc})") from None
         obs = np.asarray(obs)
-        if obs.shape != self.env_info.obs_shape and self._frame42 is not None and obs.shape[:2] == (210, 160):
-            obs = self._frame42(obs)
+        if obs.shape != self.env_info.obs_shape and self._atari_frame is not None and obs.shape[:2] == (210, 160):
+            obs = self._atari_frame(obs)
         if obs.shape != self.env_info.obs_shape:
             raise ValueError(f"observation of shape {obs.shape}; this policy takes {self.env_info.obs_shape} "
                              "(use the env from make_env())")

@@ -1,7 +1,8 @@
-"""Atari: the universe 42x42 frames (`Universe42`, the reference's RGB mean; `Frame42`, ALE's own
-grey screen, the fast default) and the Atari protocol (`AtariSteps`: the frameskip with the max
-of the last two frames, FIRE after a reset and a lost life, each lost life marked in the step's
-info). `envs.make_env` puts them on an ALE env; ALE ids are registered here (`register_atari`).
+"""Atari: the universe frames (`UniverseFrames`, grey and 42x42 by default, as the reference's;
+`AtariFrame`, the same computation on one raw frame) and the Atari protocol (`AtariSteps`: the
+frameskip with the max of the last two frames, FIRE after a reset and a lost life, each lost life
+marked in the step's info). `envs.make_env` puts them on an ALE env; ALE ids are registered here
+(`register_atari`).
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import gymnasium as gym
 import numpy as np
 
 ATARI_CROP_ROWS = slice(34, 194)  # the universe crop: drop the score bar and the bottom edge
-FRAME_SIZE = 42
+FRAME_SIZE = 42  # the reference's side; `--image-size` chooses another
+HALVED = 80  # universe halves the 160x160 crop first; a side above it is resized from the crop directly
 
 
 def _linear_resize_matrix(src: int, dst: int) -> np.ndarray:
@@ -29,16 +31,32 @@ def _linear_resize_matrix(src: int, dst: int) -> np.ndarray:
     return matrix
 
 
-def _universe_resize_matrix(channels: int = 1) -> np.ndarray:
-    """160 -> 80 -> 42 as one [42, 160] matrix, folded with the 1/255 scale (and, for a frame
-    whose `channels` were summed, the 1/channels of their mean).
+def _area_resize_matrix(src: int, dst: int) -> np.ndarray:
+    """Rows that average each output pixel's share of the input (OpenCV's INTER_AREA), as a
+    [dst, src] matrix: every input pixel counts, so a one-pixel shot cannot fall between samples."""
+    matrix = np.zeros((dst, src), dtype=np.float32)
+    ratio = src / dst
+    for i in range(dst):
+        start, end = i * ratio, (i + 1) * ratio
+        for j in range(int(np.floor(start)), min(int(np.ceil(end)), src)):
+            matrix[i, j] = min(end, j + 1) - max(start, j)
+    return matrix / ratio
 
-    Universe shrinks in two linear steps; both are linear maps, so their product applied on
-    each side (M @ frame @ M.T) gives the same pixels with two small matmuls per frame.
+
+def _universe_resize_matrix(channels: int = 1, size: int = FRAME_SIZE) -> np.ndarray:
+    """The 160-row crop to `size` as one [size, 160] matrix, folded with the 1/255 scale (and, for
+    a frame whose `channels` were summed, the 1/channels of their mean).
+
+    Universe shrinks 160 -> 80 -> 42 in two linear steps; both are linear maps, so their product
+    applied on each side (M @ frame @ M.T) gives the same pixels with two small matmuls per frame.
+    A side of more than 80 (84, the DQN papers' size) would be enlarged by the second step, so it
+    is averaged from the crop in one step instead.
     """
-    halve = _linear_resize_matrix(160, 80)
-    shrink = _linear_resize_matrix(80, FRAME_SIZE)
-    return (shrink @ halve) / np.sqrt(255.0 * channels, dtype=np.float32)
+    if size > HALVED:
+        resize = _area_resize_matrix(160, size)
+    else:
+        resize = _linear_resize_matrix(HALVED, size) @ _linear_resize_matrix(160, HALVED)
+    return resize / np.sqrt(255.0 * channels, dtype=np.float32)
 
 
 # How an Atari frame becomes grey. `fast`: ALE's own greyscale (luminance-weighted, computed
@@ -49,8 +67,9 @@ def _universe_resize_matrix(channels: int = 1) -> np.ndarray:
 FRAME_MODES = ("luminance", "universe")
 
 
-class Universe42(gym.ObservationWrapper):
-    """Atari frame -> 1x42x42 float32 in [0, 1]: universe-starter-agent's `_process_frame42`.
+class UniverseFrames(gym.ObservationWrapper):
+    """Atari frame -> 1x42x42 float32 in [0, 1]: universe-starter-agent's `_process_frame42`
+    (or 1 x size x size, `--image-size`).
 
     `_process_frame42` crops rows 34..194, resizes the RGB frame 160x160 -> 80x80 -> 42x42,
     averages the three channels and scales by 1/255. Resizing and averaging are both linear, so
@@ -61,13 +80,13 @@ class Universe42(gym.ObservationWrapper):
     resized image to whole levels; here the resize stays in float32 (measured: under 0.7/255).
     """
 
-    def __init__(self, env: gym.Env):
+    def __init__(self, env: gym.Env, size: int = FRAME_SIZE):
         super().__init__(env)
-        self._frame42 = Frame42()
-        self.observation_space = gym.spaces.Box(0.0, 1.0, (1, FRAME_SIZE, FRAME_SIZE), np.float32)
+        self._frame = AtariFrame(size)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (1, size, size), np.float32)
 
     def observation(self, frame: np.ndarray) -> np.ndarray:
-        return self._frame42(frame)
+        return self._frame(frame)
 
 
 class AtariSteps(gym.Wrapper):
@@ -146,15 +165,15 @@ class AtariSteps(gym.Wrapper):
             self._ale.getScreenRGB(out)
 
 
-class Frame42:
-    """The computation of `Universe42` on one raw Atari frame (210x160 grey or 210x160x3 RGB),
+class AtariFrame:
+    """The computation of `UniverseFrames` on one raw Atari frame (210x160 grey or 210x160x3 RGB),
     also usable on frames from an env loop of the user's own (`hogwild_a3c.load_policy`)."""
 
-    def __init__(self) -> None:
-        self._resize = _universe_resize_matrix()
+    def __init__(self, size: int = FRAME_SIZE) -> None:
+        self._resize = _universe_resize_matrix(size=size)
         self._resize_t = np.ascontiguousarray(self._resize.T)
         # For RGB frames: the channel sum goes through, and 1/3 is folded into the matrix.
-        self._resize_rgb = _universe_resize_matrix(channels=3)
+        self._resize_rgb = _universe_resize_matrix(channels=3, size=size)
         self._resize_rgb_t = np.ascontiguousarray(self._resize_rgb.T)
 
     def __call__(self, frame: np.ndarray) -> np.ndarray:
@@ -170,7 +189,7 @@ class Frame42:
         return np.clip(small, 0.0, 1.0, out=small)[None]
 
     def grey_batch(self, frames: np.ndarray) -> np.ndarray:
-        """Many grey frames at once ([K, 210, 160] -> [K, 1, 42, 42]), e.g. from a vector env:
+        """Many grey frames at once ([K, 210, 160] -> [K, 1, size, size]), e.g. from a vector env:
         one pair of matrix products for the batch, the same numbers as one call per frame."""
         small = self._resize @ frames[:, ATARI_CROP_ROWS].astype(np.float32) @ self._resize_t
         return np.clip(small, 0.0, 1.0, out=small)[:, None]

@@ -54,9 +54,10 @@ class Config:
     frame: str = _opt("luminance", "how Atari frames become grey: luminance = ALE's own luminance greyscale; universe "
                       "= the mean of the RGB channels, as universe's _process_frame42 (35 us more per frame); other "
                       "envs ignore it", choices=["luminance", "universe", *RENAMED], metavar="{luminance,universe}")
-    image_size: int = _opt(42, "images that are not Atari frames and larger than SIZE on a side become grey and "
-                           "SIZE x SIZE, as the reference treats pixels; smaller ones go to the conv as they are "
-                           "(a grid of up to 16 a side, such as MiniGrid's, at full resolution)", metavar="SIZE")
+    image_size: int = _opt(42, "Atari frames (cropped to 160x160 first) and images larger than SIZE on a side "
+                           "become grey and SIZE x SIZE, as the reference treats pixels (84: the DQN papers' "
+                           "frames, ~3x the compute a step); smaller images go to the conv as they are (a grid of "
+                           "up to 16 a side, such as MiniGrid's, at full resolution)", metavar="SIZE")
     # The Atari protocol (other envs ignore all but --clip-reward); `--preset universe` has none of it
     clip_reward: bool = _opt(False, "clip each reward to [-1, 1] for learning, as the A3C paper does on Atari; the "
                              "logged and evaluated returns stay unclipped", negatable=True)

@@ -27,9 +27,9 @@ from .atari import (
     ATARI_CROP_ROWS,
     FRAME_MODES,
     FRAME_SIZE,
+    AtariFrame,
     AtariSteps,
-    Frame42,
-    Universe42,
+    UniverseFrames,
     ale_default_frameskip,
     is_atari,
     register_atari,
@@ -39,9 +39,9 @@ from .files import shown
 from .observations import FlatObservation, ObservationError, ObsLayout, layout_of
 
 # What other modules and the benchmarks import from here: the Atari pieces live in atari.py.
-__all__ = ["ATARI_CROP_ROWS", "FRAME_MODES", "FRAME_SIZE", "AtariSteps", "EnvInfo", "EnvSpecError", "Frame42",
-           "Universe42", "check_spawnable", "describe_env", "env_options", "is_atari", "make_env", "parse_env_kwargs",
-           "register_atari", "unconsented_module"]
+__all__ = ["ATARI_CROP_ROWS", "FRAME_MODES", "FRAME_SIZE", "AtariFrame", "AtariSteps", "EnvInfo", "EnvSpecError",
+           "UniverseFrames", "check_spawnable", "describe_env", "env_options", "is_atari", "make_env",
+           "parse_env_kwargs", "register_atari", "unconsented_module"]
 
 class EnvSpecError(ValueError):
     """The requested environment cannot be trained by this model."""
@@ -92,8 +92,8 @@ def make_env(
     `frame` ("luminance" or "universe", see FRAME_MODES; the old name "fast" is taken too) chooses
     how Atari frames become grey; other envs ignore it. `env_kwargs={"obs_type": "rgb"}` also
     gives universe's frames. `max_pool` and `fire_reset` are the Atari protocol of `AtariSteps`;
-    other envs ignore them too. `image_size`: the side that images larger than it (not Atari's)
-    are resized to (observations.py).
+    other envs ignore them too. `image_size`: the side Atari frames and images larger than it are
+    resized to (atari.py, observations.py).
     """
     frame = RENAMED.get(frame, frame)
     if frame not in FRAME_MODES:
@@ -108,7 +108,7 @@ def make_env(
         if frame == "universe" and given != "rgb":
             raise EnvSpecError(f"--frame universe needs RGB frames from ALE, but --env-kwargs sets obs_type={given!r}")
         if given not in ("rgb", "grayscale"):
-            raise EnvSpecError(f"--env-kwargs obs_type={given!r}: the 42x42 preprocessing needs 'grayscale' or 'rgb'")
+            raise EnvSpecError(f"--env-kwargs obs_type={given!r}: the frame preprocessing needs 'grayscale' or 'rgb'")
         # The time limit goes outside AtariSteps, whose repeats bypass the wrappers of gym.make.
         max_episode_steps = kwargs.pop("max_episode_steps", None)
         skip = kwargs.get("frameskip", (gym.spec(env_id).kwargs or {}).get("frameskip", ale_default_frameskip()))
@@ -118,7 +118,7 @@ def make_env(
                                    f"action {skip!r} times; give --env-kwargs frameskip=4 or --no-max-pool")
             kwargs["frameskip"] = 1
         # Greyscale straight from ALE (`fast`) saves the RGB->grey conversion on every frame.
-        env: gym.Env = Universe42(AtariSteps(gym.make(env_id, **kwargs), skip, max_pool, fire_reset))
+        env: gym.Env = UniverseFrames(AtariSteps(gym.make(env_id, **kwargs), skip, max_pool, fire_reset), image_size)
         return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps is not None else env
     env = gym.make(env_id, **kwargs)
     layout = layout_of(env.observation_space, image_size)

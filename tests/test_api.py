@@ -56,11 +56,12 @@ def test_a_config_object_and_bad_settings(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
-def test_a_policy_takes_raw_atari_frames_as_training_saw_them(tmp_path):
+@pytest.mark.parametrize("size", [42, 84])
+def test_a_policy_takes_raw_atari_frames_as_training_saw_them(tmp_path, size):
     register_atari()
-    cfg = Config(env="ALE/Pong-v5", lstm_size=32, num_workers=1)
+    cfg = Config(env="ALE/Pong-v5", lstm_size=32, num_workers=1, image_size=size)
     torch.manual_seed(0)
-    model = build_model((1, 42, 42), 6, 32)
+    model = build_model((1, size, size), 6, 32)
     save_checkpoint(tmp_path, {"model": model.state_dict(), "config": cfg.to_dict(), "global_step": 0}, 0)
     policy = hogwild_a3c.load_policy(tmp_path / "latest.pt")
     raw = gym.make("ALE/Pong-v5", obs_type="grayscale")

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hogwild_a3c.envs import EnvSpecError, Universe42, describe_env, make_env, parse_env_kwargs
+from hogwild_a3c.envs import EnvSpecError, UniverseFrames, describe_env, make_env, parse_env_kwargs
 from tests.helpers import slow_linear_resize
 
 
@@ -19,7 +19,7 @@ def test_pong_observation_is_1x42x42_float32_in_unit_range():
 def test_preprocessing_matches_the_two_step_universe_resize():
     rng = np.random.default_rng(0)
     frame = rng.integers(0, 256, size=(210, 160), dtype=np.uint8)
-    wrapper = Universe42(make_env("CartPole-v1"))  # any env will do: only the resize is tested
+    wrapper = UniverseFrames(make_env("CartPole-v1"))  # any env will do: only the resize is tested
     ours = wrapper.observation(frame)[0]
     cropped = frame[34:194].astype(np.float64)
     reference = slow_linear_resize(slow_linear_resize(cropped, 80, 80), 42, 42) / 255.0

@@ -1,10 +1,13 @@
 """Universe's frames on real Atari screens: `frame="universe"` against a slow, literal transcription
 of `_process_frame42` (crop, resize each RGB channel 160 -> 80 -> 42, mean of the channels,
-1/255), and `frame="luminance"` against the same resize of ALE's own greyscale screen."""
+1/255), and `frame="luminance"` against the same resize of ALE's own greyscale screen; and the
+84x84 frames of `--image-size 84` against an area average by pixel replication."""
 import numpy as np
+import pandas as pd
 import pytest
 
-from hogwild_a3c.envs import EnvSpecError, Frame42, describe_env, make_env
+from hogwild_a3c import load_policy, train
+from hogwild_a3c.envs import AtariFrame, EnvSpecError, describe_env, make_env
 from tests.helpers import slow_linear_resize
 
 
@@ -54,10 +57,10 @@ def test_fast_frames_are_ales_greyscale_resized_the_same_way(frames):
 
 
 def test_a_batch_of_grey_frames_is_each_frame_resized_alone(frames):
-    """`Frame42.grey_batch`, for frames that come from a vector env as one array."""
+    """`AtariFrame.grey_batch`, for frames that come from a vector env as one array."""
     _, _, grey = frames["luminance"]
     batch = np.stack([grey, np.flipud(grey), np.zeros_like(grey)])
-    out = Frame42().grey_batch(batch)
+    out = AtariFrame().grey_batch(batch)
     assert out.shape == (3, 1, 42, 42) and out.dtype == np.float32
     for k in range(3):
         np.testing.assert_allclose(out[k, 0], slow_grey_frame42(batch[k]), atol=2e-6)
@@ -95,3 +98,42 @@ def test_the_old_name_of_universes_frames_still_works():
     old, new = make_env("ALE/Pong-v5", {"repeat_action_probability": 0.0}, frame="seed"), \
         make_env("ALE/Pong-v5", {"repeat_action_probability": 0.0}, frame="universe")
     np.testing.assert_array_equal(old.reset(seed=0)[0], new.reset(seed=0)[0])
+
+
+def slow_area_resize(image: np.ndarray, size: int) -> np.ndarray:
+    """Each pixel repeated `size` times each way, then the mean of each block of len(image)**2
+    copies: every output pixel is the exact area average of its share of the input."""
+    big = np.repeat(np.repeat(image.astype(np.float64), size, axis=0), size, axis=1)
+    block = len(image)
+    return big.reshape(size, block, size, block).mean(axis=(1, 3))
+
+
+def test_84_frames_are_the_area_average_of_the_crop(frames):
+    _, _, grey = frames["luminance"]
+    obs = make_env("ALE/Pong-v5", {"repeat_action_probability": 0.0}, image_size=84)
+    assert obs.observation_space.shape == (1, 84, 84)
+    np.testing.assert_allclose(AtariFrame(84)(grey)[0], slow_area_resize(grey[34:194], 84) / 255.0, atol=2e-6)
+
+
+def test_a_one_pixel_shot_survives_84_but_can_fade_at_42():
+    """What the larger side is for: SpaceInvaders' shots are one pixel wide. An area average keeps
+    every pixel's light (the frame's total stays the same); universe's linear resize samples."""
+    frame = np.zeros((210, 160), dtype=np.uint8)
+    frame[100:104, 77] = 255  # a shot: 4 rows of one column
+    big, small = AtariFrame(84)(frame)[0], AtariFrame(42)(frame)[0]
+    assert big.sum() * (160 / 84) ** 2 == pytest.approx(4.0, rel=1e-4)
+    assert big.max() > 2 * small.max() > 0
+
+
+@pytest.mark.timeout(180)
+def test_a_real_atari_run_trains_on_84x84_frames(tmp_path):
+    run_dir = tmp_path / "run"
+    code = train.main(["--env", "ALE/Pong-v5", "--env-kwargs", "repeat_action_probability=0.0", "--image-size", "84",
+                       "--lstm-size", "16", "--num-workers", "1", "--envs-per-worker", "2", "--max-steps", "600",
+                       "--eval-episodes", "0", "--no-progress", "--run-dir", str(run_dir)])
+    assert code == 0
+    assert pd.read_csv(run_dir / "progress.csv")["global_step"].iloc[-1] >= 600
+    policy = load_policy(run_dir)
+    assert policy.env_info.obs_shape == (1, 84, 84)
+    # 84 halved four times is 6: the LSTM reads 32 x 6 x 6 features, not 42's 32 x 3 x 3
+    assert policy.model.lstm.weight_ih_l0.shape == (4 * 16, 32 * 6 * 6)
