@@ -27,7 +27,10 @@ Parts (`--part`):
   `<Game>NoFrameskip-v4` with the same stickiness (`train_sf.py`). Writes
   experiments/results/peers/<date>-atari-<budget>min.md.
 
-Not built yet: rl_games on EnvPool and PufferLib; the results files say so.
+rl_games 1.6.5 (PPO on EnvPool 1.2.5) races in both with its own EnvPool configs
+(`peers/rl_games/train_rlg.py`, which lists what 2 cores and no GPU change), read from the line
+its launcher prints each epoch. `--peers` chooses which peers race (ours always does).
+Not built yet: PufferLib; the results files say so.
 """
 from __future__ import annotations
 
@@ -50,8 +53,8 @@ from benchlib import EXPERIMENTS, REPO, RUNS, header, markdown_table, write_date
 from raw_env import SECONDS, WARMUP, raw_env_steps_per_s
 
 PEERS = EXPERIMENTS / "peers"
-NOT_RACED = ("rl_games (PPO on EnvPool) and PufferLib: not run yet (rl-games 1.6.5's envpool extra pins envpool<0.7; "
-             "pufferlib 3.0.0 is listed here but not installed yet)")
+NOT_RACED = "PufferLib: not built into the races yet (pufferlib 3.0.0)"
+PEER_NAMES = ("sample_factory", "rl_games")  # raced in pong and atari-30min
 TARGET, LAST_EPISODES = 18.0, 20  # the race's finish: the mean of the last 20 training episodes reaches +18
 
 
@@ -221,10 +224,34 @@ def sample_factory_games_reading(python: str, train_dir: Path) -> Reading:
 
 
 SF_FLAGS = ["--device", "cpu"]  # with --stats_avg, all that changes from its example's defaults
+RLG_RACE = re.compile(r"RACE mean=(-?[\d.]+(?:e[-+]?\d+)?) games=(\d+) steps=(\d+)")
+RLG_CHANGES = ("device cpu (its config leaves cuda:0), torch_compile off (no epoch in 90 s on 2 cores with it), "
+               "16 actors instead of its 64 or 48 with the minibatch cut in proportion (4 minibatches an epoch, as "
+               "published: one epoch of 64 x 128 steps took minutes here)")
+
+
+def rl_games_reading(log: Path, window: int) -> Reading:
+    """Its launcher's last `RACE` line: the mean of its last `window` whole games (EnvPool's
+    unclipped scores), None until it has that many, and its agent steps."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    found = RLG_RACE.findall(text)
+    if not found:
+        return None, 0
+    mean, games, steps = found[-1]
+    return (float(mean) if int(games) >= window else None), int(steps)
+
+
+def rl_games_race(config: str, out: Path, name: str, seed: int, window: int, sticky: float, budget_s: float,
+                  target: float | None) -> dict:
+    python = peer_python("rl_games")
+    log = out / f"rl-games-{name}.log"
+    command = [python, "-u", str(PEERS / "rl_games" / "train_rlg.py"), config, str(out / "rl-games"), name, str(seed),
+               str(window), str(sticky)]
+    return race(command, PEERS / "rl_games", log, budget_s, functools.partial(rl_games_reading, log, window), target)
 
 
 def pong_part(args) -> str:
-    sf_python = peer_python("sample_factory")
+    sf_python = peer_python("sample_factory") if "sample_factory" in args.peers else ""
     out = RUNS / "peers" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
     rows = []
@@ -238,15 +265,22 @@ def pong_part(args) -> str:
         rows.append({"trainer": "hogwild_a3c (ours), no flags", "seed": seed, **result,
                      "our evaluator at +18": ours_evaluator_figure(run_dir)})
         print(rows[-1], flush=True)
-        log = out / f"sample-factory-s{seed}.log"
-        command = [sf_python, str(PEERS / "sample_factory" / "train_sf.py"), "--env", "atari_pong", "--experiment",
-                   f"pong-s{seed}", "--train_dir", str(out / "sample-factory"), "--seed", str(seed), *SF_FLAGS,
-                   "--stats_avg", str(LAST_EPISODES)]
-        result = race(command, PEERS / "sample_factory", log, args.budget_minutes * 60,
-                      functools.partial(sample_factory_reading, log))
-        rows.append({"trainer": "Sample Factory 2.1.1, APPO, its Atari example", "seed": seed, **result,
-                     "our evaluator at +18": "-"})
-        print(rows[-1], flush=True)
+        if "sample_factory" in args.peers:
+            log = out / f"sample-factory-s{seed}.log"
+            command = [sf_python, str(PEERS / "sample_factory" / "train_sf.py"), "--env", "atari_pong", "--experiment",
+                       f"pong-s{seed}", "--train_dir", str(out / "sample-factory"), "--seed", str(seed), *SF_FLAGS,
+                       "--stats_avg", str(LAST_EPISODES)]
+            result = race(command, PEERS / "sample_factory", log, args.budget_minutes * 60,
+                          functools.partial(sample_factory_reading, log))
+            rows.append({"trainer": "Sample Factory 2.1.1, APPO, its Atari example", "seed": seed, **result,
+                         "our evaluator at +18": "-"})
+            print(rows[-1], flush=True)
+        if "rl_games" in args.peers:
+            result = rl_games_race("ppo_pong_envpool.yaml", out, f"pong-s{seed}", seed, LAST_EPISODES, 0.0,
+                                   args.budget_minutes * 60, TARGET)
+            rows.append({"trainer": "rl_games 1.6.5, PPO on EnvPool, its ppo_pong_envpool", "seed": seed, **result,
+                         "our evaluator at +18": "-"})
+            print(rows[-1], flush=True)
     table = [{"trainer": row["trainer"], "seed": row["seed"],
               "minutes to +18": "not in budget" if row["seconds_to_target"] is None else
               f"{row['seconds_to_target'] / 60:.1f}",
@@ -255,7 +289,7 @@ def pong_part(args) -> str:
               "mean of last 20 then": "-" if row["mean_last_at_stop"] is None else f"{row['mean_last_at_stop']:.1f}",
               "agent steps/s": f"{row['steps_per_s']:,.0f}",
               "our evaluator at +18": row["our evaluator at +18"]} for row in rows]
-    text = header("Pong to a training mean of +18: ours against Sample Factory", make_command(), {
+    text = header("Pong to a training mean of +18: ours against the peers", make_command(), {
         "finish": f"the mean return of the last {LAST_EPISODES} training episodes reaches +{TARGET:g}, read every 2 s "
                   "from each trainer's own output (ours: episodes.csv; Sample Factory: its 'Avg episode reward' "
                   "with --stats_avg 20, reported every 5 s); wall time from the command's start, start-up included; "
@@ -269,6 +303,11 @@ def pong_part(args) -> str:
                           "8 workers x 1 env, rollout 128, batch 256, 4 epochs, lr 2.5e-4 linear decay, the Nature "
                           f"CNN) with only `{' '.join(SF_FLAGS)}` (no GPU here) and `--stats_avg {LAST_EPISODES}` "
                           "(our window)",
+        "rl_games": "1.6.5 with EnvPool 1.2.5 in experiments/peers/rl_games/.venv (requirements.txt there); its "
+                    "configs/atari/ppo_pong_envpool.yaml (PPO: Nature CNN, EnvPool Pong-v5: 84x84 x 4 frames, no "
+                    "sticky actions, rewards clipped for learning; 128-step horizon, 4 epochs, lr 3e-4 adaptive) "
+                    f"with: {RLG_CHANGES}; games_to_track {LAST_EPISODES} (our window)",
+        "peers raced": " ".join(args.peers),
         "run files": str(out.relative_to(REPO)),
     })
     text += "\n" + markdown_table(table, list(table[0]))
@@ -281,10 +320,11 @@ def pong_part(args) -> str:
 STICKY_GAMES = {"breakout": ("ALE/Breakout-v5", "atari_breakout_sticky"),
                 "spaceinvaders": ("ALE/SpaceInvaders-v5", "atari_spaceinvaders_sticky")}
 WINDOW_30_MIN = 100
+RLG_CONFIGS = {"breakout": "ppo_breakout_envpool.yaml", "spaceinvaders": "ppo_invaders_envpool.yaml"}
 
 
 def atari_30_min_part(args) -> str:
-    sf_python = peer_python("sample_factory")
+    sf_python = peer_python("sample_factory") if "sample_factory" in args.peers else ""
     out = RUNS / "peers" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True)
     budget = args.budget_minutes * 60
@@ -299,22 +339,29 @@ def atari_30_min_part(args) -> str:
                           functools.partial(ours_reading, run_dir, WINDOW_30_MIN), target=None)
             rows.append({"game": game, "trainer": "hogwild_a3c (ours), no flags", "seed": seed, **result})
             print(rows[-1], flush=True)
-            log = out / f"sample-factory-{game}-s{seed}.log"
-            command = [sf_python, str(PEERS / "sample_factory" / "train_sf.py"), "--env", sf_env, "--experiment",
-                       f"{game}-s{seed}", "--train_dir", str(out / "sample-factory"), "--seed", str(seed),
-                       *SF_FLAGS, "--stats_avg", str(WINDOW_30_MIN)]
-            result = race(command, PEERS / "sample_factory", log, budget,
-                          functools.partial(sample_factory_games_reading, sf_python,
-                                            out / "sample-factory" / f"{game}-s{seed}"), target=None)
-            rows.append({"game": game, "trainer": "Sample Factory 2.1.1, APPO, its Atari example", "seed": seed,
-                         **result})
-            print(rows[-1], flush=True)
+            if "sample_factory" in args.peers:
+                log = out / f"sample-factory-{game}-s{seed}.log"
+                command = [sf_python, str(PEERS / "sample_factory" / "train_sf.py"), "--env", sf_env, "--experiment",
+                           f"{game}-s{seed}", "--train_dir", str(out / "sample-factory"), "--seed", str(seed),
+                           *SF_FLAGS, "--stats_avg", str(WINDOW_30_MIN)]
+                result = race(command, PEERS / "sample_factory", log, budget,
+                              functools.partial(sample_factory_games_reading, sf_python,
+                                                out / "sample-factory" / f"{game}-s{seed}"), target=None)
+                rows.append({"game": game, "trainer": "Sample Factory 2.1.1, APPO, its Atari example", "seed": seed,
+                             **result})
+                print(rows[-1], flush=True)
+            if "rl_games" in args.peers:
+                result = rl_games_race(RLG_CONFIGS[game], out, f"{game}-s{seed}", seed, WINDOW_30_MIN, 0.25, budget,
+                                       None)
+                rows.append({"game": game, "trainer": f"rl_games 1.6.5, PPO on EnvPool, its {RLG_CONFIGS[game]}",
+                             "seed": seed, **result})
+                print(rows[-1], flush=True)
     table = [{"game": row["game"], "trainer": row["trainer"], "seed": row["seed"],
               f"mean of last {WINDOW_30_MIN} training episodes": "-" if row["mean_last_at_stop"] is None else
               f"{row['mean_last_at_stop']:.1f}",
               "stopped at (min)": f"{row['stopped_s'] / 60:.1f}", "agent steps": f"{row['steps_at_stop']:,}",
               "agent steps/s": f"{row['steps_per_s']:,.0f}"} for row in rows]
-    text = header(f"Atari with sticky actions after {args.budget_minutes:g} minutes: ours against Sample Factory",
+    text = header(f"Atari with sticky actions after {args.budget_minutes:g} minutes: ours against the peers",
                   make_command(), {
         "measure": f"the mean return of the last {WINDOW_30_MIN} training episodes (whole games) when "
                    f"{args.budget_minutes:g} min of wall time from the command's start have passed, start-up "
@@ -323,6 +370,10 @@ def atari_30_min_part(args) -> str:
                "Factory <Game>NoFrameskip-v4 with repeat_action_probability 0.25 and its example's wrappers",
         "Sample Factory": "2.1.1 in experiments/peers/sample_factory/.venv, its sf_examples.atari defaults with only "
                           f"`{' '.join(SF_FLAGS)}` and `--stats_avg {WINDOW_30_MIN}`",
+        "rl_games": "1.6.5 with EnvPool 1.2.5 in experiments/peers/rl_games/.venv, its configs/atari "
+                    "ppo_breakout_envpool.yaml and ppo_invaders_envpool.yaml (EnvPool <Game>-v5, episodic life, "
+                    f"whole-game scores) with repeat_action_probability 0.25 and: {RLG_CHANGES}",
+        "peers raced": " ".join(args.peers),
         "run files": str(out.relative_to(REPO)),
     })
     text += "\n" + markdown_table(table, list(table[0]))
@@ -336,6 +387,8 @@ def main():
     parser.add_argument("--games", nargs="+", choices=sorted(STICKY_GAMES), default=sorted(STICKY_GAMES),
                         help="atari-30min: the sticky-actions games")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="pong: seeds, each trainer once per seed")
+    parser.add_argument("--peers", nargs="+", choices=PEER_NAMES, default=list(PEER_NAMES),
+                        help="pong, atari-30min: the peers that race ours")
     parser.add_argument("--budget-minutes", type=float, default=30.0,
                         help="pong: the most a run may take; atari-30min: each run's length")
     parser.add_argument("--repeats", type=int, default=3)
