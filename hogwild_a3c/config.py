@@ -113,6 +113,10 @@ class Config:
     core: str = _opt("lstm", "recurrent LSTM core (universe) or a feedforward one (mlp: the encoder feeds the heads)",
                      choices=["lstm", "mlp"])
     hidden_size: int = _opt(128, "units of each of the 2 layers of the encoder for vector observations")
+    encoder: str = _opt("universe", "what reads Atari frames and images: universe (4 3x3 convs of stride 2, 32 "
+                        "filters, ELU), nature (the DQN Nature paper's 3 convs and 512 units, ReLU; for --image-size "
+                        "84), impala (IMPALA's 3 residual stacks and 256 units; ~9x universe's compute); small grids "
+                        "keep their own", choices=["universe", "nature", "impala"])
     activation: str = _opt("elu", "activation of the vector encoder", choices=["elu", "tanh"])
     value_net: str = _opt("shared", "shared: the value head shares the policy's encoder and core; separate: with "
                           "--core mlp, an MLP of its own (the lstm core then shares); mlp: an MLP of its own with "
@@ -182,8 +186,8 @@ def experiment_fields() -> set[str]:
 PRESET_FIELDS = {
     "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "lr_warmup_updates", "lr_decay_steps",
     "entropy_coef", "value_coef", "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size",
-    "activation", "loss_reduction", "normalize_obs", "normalize_reward", "value_net", "clip_reward", "life_loss",
-    "fire_reset", "max_pool", "image_size",
+    "encoder", "activation", "loss_reduction", "normalize_obs", "normalize_reward", "value_net", "clip_reward",
+    "life_loss", "fire_reset", "max_pool", "image_size",
 }
 
 

@@ -59,7 +59,11 @@ def _describe(cfg: Config) -> EnvInfo:
         info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
     except EnvSpecError as exc:
         raise ConfigError([str(exc)]) from None
-    too_large = model_size_problem(info.obs_shape, info.num_actions, cfg, info.layout)
+    try:
+        too_large = model_size_problem(info.obs_shape, info.num_actions, cfg, info.layout)
+    except ValueError as exc:  # an encoder that cannot read images this small
+        hint = "give a larger --image-size or another --encoder"
+        raise ConfigError([f"--encoder {cfg.encoder}: {exc}; {hint}"]) from None
     if too_large:
         raise ConfigError([f"--lstm-size/--hidden-size: {too_large}"])
     problem = check_spawnable(cfg.env, cfg.start_method) if cfg.num_workers else None

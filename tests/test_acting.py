@@ -102,6 +102,14 @@ def test_every_encoder_exports_and_agrees_with_torch(env):
     assert trial_difference(model, batch=5) <= 1e-5
 
 
+@pytest.mark.parametrize("encoder, size", [("nature", 84), ("impala", 42)])
+def test_the_larger_frame_encoders_export_and_agree_with_torch(encoder, size):
+    torch.manual_seed(4)
+    model = build_model((1, size, size), 6, Config(env="ALE/Pong-v5", lstm_size=24, encoder=encoder,
+                                                   normalize_obs=True))
+    assert trial_difference(model, batch=5) <= 1e-5
+
+
 def test_the_evaluator_plays_the_same_episodes_through_either_backend():
     cfg = Config(env="tests.envs:CueDict-v0", lstm_size=16)
     info = describe_env(cfg.env, cfg.env_kwargs)

@@ -308,3 +308,10 @@ def test_train_from_a_thread_that_is_not_the_main_one_runs_to_its_budget(tmp_pat
     assert last_session(tmp_path / "run")["ended"] == "max_steps"
     assert "outside the main thread" in (tmp_path / "run" / "train.log").read_text()
     assert torch.get_num_threads() >= 1
+
+
+def test_an_encoder_that_cannot_read_frames_this_small_is_one_line(tmp_path, capsys):
+    assert train.main(["--env", "ALE/Pong-v5", "--encoder", "nature", "--image-size", "30", "--run-dir",
+                       str(tmp_path / "run")]) == 2
+    assert "--encoder nature: the nature encoder needs images of at least 36x36 (got 30x30)" in one_error_line(capsys)
+    assert not (tmp_path / "run").exists()

@@ -144,3 +144,47 @@ def test_frames_with_observation_normalization_act_and_replay_alike_and_constant
         logits, values, state = model.step(obs[t], state)
         torch.testing.assert_close(logits, replay_logits[t], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(values, replay_values[t], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("encoder, size, features", [("universe", 84, 32 * 6 * 6), ("nature", 84, 512),
+                                                      ("nature", 42, 512), ("impala", 42, 256), ("impala", 84, 256)])
+def test_every_image_encoder_acts_and_replays_alike_and_every_weight_learns(encoder, size, features):
+    torch.manual_seed(0)
+    model = ActorCritic((1, size, size), 6, lstm_size=32, encoder=encoder)
+    assert model.encoder.out_features == features
+    obs = torch.rand(4, 2, 1, size, size)
+    logits, values = model.replay(obs, model.initial_state(2))
+    state = model.initial_state(2)
+    for t in range(4):
+        step_logits, step_values, state = model.step(obs[t], state)
+        torch.testing.assert_close(step_logits, logits[t], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(step_values, values[t], rtol=1e-5, atol=1e-6)
+    (logits.logsumexp(-1).sum() + values.square().sum()).backward()
+    for name, param in model.named_parameters():
+        assert param.grad is not None and torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0, name
+
+
+def test_the_impala_encoder_is_its_paper_written_out():
+    """Three stacks of conv, max-pool and two residual blocks, computed here with torch's
+    functions from the module's weights, in the paper's order."""
+    torch.manual_seed(2)
+    encoder = ActorCritic((1, 42, 42), 6, lstm_size=8, encoder="impala").encoder
+    convs = [m for m in encoder.modules() if isinstance(m, torch.nn.Conv2d)]
+    linear = next(m for m in encoder.modules() if isinstance(m, torch.nn.Linear))
+    assert len(convs) == 15 and [c.out_channels for c in convs[::5]] == [16, 32, 32]
+    x = torch.rand(3, 1, 42, 42)
+    out = x
+    for stack in range(3):
+        conv, *blocks = convs[5 * stack: 5 * stack + 5]
+        out = torch.nn.functional.conv2d(out, conv.weight, conv.bias, padding=1)
+        out = torch.nn.functional.max_pool2d(out, 3, 2, 1)
+        for first, second in (blocks[:2], blocks[2:]):
+            inner = torch.nn.functional.conv2d(torch.relu(out), first.weight, first.bias, padding=1)
+            out = out + torch.nn.functional.conv2d(torch.relu(inner), second.weight, second.bias, padding=1)
+    expected = torch.relu(torch.nn.functional.linear(torch.relu(out).flatten(1), linear.weight, linear.bias))
+    torch.testing.assert_close(encoder(x), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_nature_encoder_refuses_images_too_small_for_its_kernels():
+    with pytest.raises(ValueError, match="at least 36x36"):
+        ActorCritic((1, 30, 30), 6, encoder="nature")
