@@ -53,7 +53,8 @@ from benchlib import EXPERIMENTS, REPO, RUNS, header, markdown_table, write_date
 from raw_env import SECONDS, WARMUP, raw_env_steps_per_s
 
 PEERS = EXPERIMENTS / "peers"
-NOT_RACED = "PufferLib: not built into the races yet (pufferlib 3.0.0)"
+NOT_RACED = ("PufferLib: not built into the races yet (pufferlib 3.0.0's pip install fails here: "
+             "results/peers/2026-12-05-install.md)")
 PEER_NAMES = ("sample_factory", "rl_games")  # raced in pong and atari-30min
 TARGET, LAST_EPISODES = 18.0, 20  # the race's finish: the mean of the last 20 training episodes reaches +18
 
@@ -119,7 +120,7 @@ def raw_env_part(args) -> str:
                                   f"{args.warmup:g} s warm-up",
                   })
     text += "\n" + markdown_table(table, ["environment", "agent steps/s", "against ale-py (ours)", "runs"])
-    text += f"\nPeers not raced in this file: {NOT_RACED}.\n"
+    text += f"\nPeers not raced in this file: {not_raced(args)}.\n"
     return text
 
 
@@ -226,8 +227,13 @@ def sample_factory_games_reading(python: str, train_dir: Path) -> Reading:
 SF_FLAGS = ["--device", "cpu"]  # with --stats_avg, all that changes from its example's defaults
 RLG_RACE = re.compile(r"RACE mean=(-?[\d.]+(?:e[-+]?\d+)?) games=(\d+) steps=(\d+)")
 RLG_CHANGES = ("device cpu (its config leaves cuda:0), torch_compile off (no epoch in 90 s on 2 cores with it), "
-               "16 actors instead of its 64 or 48 with the minibatch cut in proportion (4 minibatches an epoch, as "
-               "published: one epoch of 64 x 128 steps took minutes here)")
+               "16 actors instead of its 64 or 48 with the minibatch cut in proportion (as many minibatches an "
+               "epoch as published: one epoch of 64 x 128 steps took minutes here)")
+
+
+def not_raced(args) -> str:
+    left_out = [name for name in PEER_NAMES if name not in args.peers]
+    return "; ".join([*(f"{name}: left out by --peers" for name in left_out), NOT_RACED])
 
 
 def rl_games_reading(log: Path, window: int) -> Reading:
@@ -311,7 +317,7 @@ def pong_part(args) -> str:
         "run files": str(out.relative_to(REPO)),
     })
     text += "\n" + markdown_table(table, list(table[0]))
-    text += f"\nPeers not raced in this file: {NOT_RACED}.\n"
+    text += f"\nPeers not raced in this file: {not_raced(args)}.\n"
     return text
 
 
@@ -377,7 +383,7 @@ def atari_30_min_part(args) -> str:
         "run files": str(out.relative_to(REPO)),
     })
     text += "\n" + markdown_table(table, list(table[0]))
-    text += f"\nPeers not raced in this file: {NOT_RACED}.\n"
+    text += f"\nPeers not raced in this file: {not_raced(args)}.\n"
     return text
 
 

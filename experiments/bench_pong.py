@@ -59,6 +59,10 @@ def main():
     extra = shlex.split(args.extra_flags) + (["--num-workers", args.num_workers] if args.num_workers else [])
     if args.report_only:
         run_dirs, walls = [d.resolve() for d in args.report_only], {}
+        kinds = {sticky_run(d) for d in run_dirs}
+        if len(kinds) > 1 or kinds != {args.sticky}:
+            parser.error("--report-only: the runs must all be sticky (give --sticky) or all without sticky actions "
+                         f"(found {', '.join('sticky' if k else 'not sticky' for k in sorted(kinds))})")
     else:
         run_dirs, walls = [], {}
         for seed in args.seeds:
@@ -77,6 +81,12 @@ def main():
     if not run_dirs:
         raise SystemExit("error: no run finished; nothing to report")
     report(run_dirs, walls, config, args.extra_flags, name, env_flags)
+
+
+def sticky_run(run_dir: Path) -> bool:
+    """Did the run keep ALE/Pong-v5's sticky actions (its config.json's env kwargs)?"""
+    cfg = json.loads((run_dir / "config.json").read_text())
+    return float((cfg.get("env_kwargs") or {}).get("repeat_action_probability", 0.25)) > 0
 
 
 def measure_raw_env(run_dir: Path) -> None:

@@ -32,6 +32,9 @@ def compare(names: list[str], config: dict) -> tuple[list[dict], list[dict]]:
     games = [g for g in config["games"] if all(g in set(t["game"]) for t in arms.values())]
     if not games:
         raise SystemExit(f"error: no game was run in every one of {', '.join(names)}")
+    left_out = sorted({g for t in arms.values() for g in t["game"]} - set(games))
+    if left_out:
+        print(f"left out, not run in every arm: {', '.join(left_out)}", file=sys.stderr)
     rows, means = [], {name: {} for name in names}
     for game in games:
         row: dict = {"game": game}
@@ -39,14 +42,15 @@ def compare(names: list[str], config: dict) -> tuple[list[dict], list[dict]]:
             scores = table[table["game"] == game][f"train_mean_{WINDOW}"].astype(float).tolist()
             means[name][game] = statistics.mean(scores)
             row[name] = f"{means[name][game]:,.1f} ({' / '.join(f'{v:,.0f}' for v in scores)})"
-            if name != base:
-                row[f"{name} / {base}"] = f"{means[name][game] / means[base][game]:.2f}"
+            if name != base:  # a ratio of scores means something only when both are above 0
+                ratio = means[name][game] / means[base][game] if means[base][game] > 0 < means[name][game] else None
+                row[f"{name} / {base}"] = "-" if ratio is None else f"{ratio:.2f}"
         rows.append(row)
     summary = [{"arm": name,
                 "seeds_per_game": "/".join(str(int((arms[name]["game"] == g).sum())) for g in games),
                 "median_human_normalized": statistics.median(normalized(means[name][g], g, config) for g in games),
-                "median_steps_per_s": float(arms[name]["steps_per_s"].median()),
-                "median_steps": int(arms[name]["steps"].median())} for name in names]
+                "median_steps_per_s": float(arms[name][arms[name]["game"].isin(games)]["steps_per_s"].median()),
+                "median_steps": int(arms[name][arms[name]["game"].isin(games)]["steps"].median())} for name in names]
     return rows, summary
 
 

@@ -69,7 +69,7 @@ FRAME_MODES = ("luminance", "universe")
 
 class UniverseFrames(gym.ObservationWrapper):
     """Atari frame -> 1x42x42 float32 in [0, 1]: universe-starter-agent's `_process_frame42`
-    (or 1 x size x size, `--image-size`).
+    (or 1 x size x size, `--image-size`; above 80 an area average of the crop, not universe's).
 
     `_process_frame42` crops rows 34..194, resizes the RGB frame 160x160 -> 80x80 -> 42x42,
     averages the three channels and scales by 1/255. Resizing and averaging are both linear, so

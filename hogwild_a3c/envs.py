@@ -1,5 +1,5 @@
 """Environment construction: any Gymnasium env with a Discrete action space, or Atari with the
-universe 42x42 preprocessing (the frames and the Atari protocol are in `atari.py`). Observations
+universe's frame preprocessing (the frames and the Atari protocol are in `atari.py`). Observations
 other than a flat vector and the Atari frame (images, Dict, Tuple, Discrete) are packed into one
 vector by `observations.FlatObservation`.
 

@@ -88,12 +88,13 @@ class NatureEncoder(nn.Sequential):
 
     def __init__(self, channels: int, size: int, width: int | None = None):
         height, width = size, size if width is None else width
+        given = f"{height}x{width}"
         layers: list[nn.Module] = []
         for in_channels, filters, kernel, stride in ((channels, 32, 8, 4), (32, 64, 4, 2), (64, 64, 3, 1)):
             layers += [_relu_conv(in_channels, filters, kernel, stride), nn.ReLU()]
             height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
         if min(height, width) < 1:
-            raise ValueError(f"the nature encoder needs images of at least 36x36 (got {size}x{size})")
+            raise ValueError(f"the nature encoder needs images of at least 36x36 (got {given})")
         super().__init__(*layers, nn.Flatten(), _relu_linear(64 * height * width, 512), nn.ReLU())
         self.out_features = 512
 
@@ -398,7 +399,8 @@ def build_model(obs_shape: tuple[int, ...], num_actions: int, arch: Any, layout:
         model = ActorCritic(
             obs_shape, num_actions, arch.lstm_size, core=arch.core, hidden_size=arch.hidden_size,
             activation=arch.activation, normalize_obs=arch.normalize_obs, normalize_reward=arch.normalize_reward,
-            value_net=arch.value_net, lstm_forget_bias=arch.lstm_forget_bias, layout=layout, encoder=arch.encoder,
+            value_net=arch.value_net, lstm_forget_bias=arch.lstm_forget_bias, layout=layout,
+            encoder=getattr(arch, "encoder", "universe"),  # objects made before the field existed
         )
     # Channels-last conv weights run the CPU (oneDNN) kernels ~25% faster here, forward and
     # backward (measured: 7.2 -> 5.5 ms for a 20-frame replay); every copy of the model, shared

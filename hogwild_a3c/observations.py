@@ -1,14 +1,16 @@
 """Any observation an env gives, as the one flat float vector the rollout buffers, the shared
 statistics and the checkpoints already hold.
 
-A flat float Box and the 42x42 Atari frame go to the model as they are (the Pong path is not
-touched). Everything else gets an `ObsLayout` from its space and is packed by `FlatObservation`
-into one float32 vector, part after part; the model's `PartsEncoder` (model.py) cuts it back:
+A flat float Box and a 1x42x42 float frame (the universe frame's shape) go to the model as they
+are; Atari envs never come here (atari.py makes their frames). Everything else gets an
+`ObsLayout` from its space and is packed by `FlatObservation` into one float32 vector, part
+after part; the model's `PartsEncoder` (model.py) cuts it back:
 
 - an image (a `Box` of rank 3, HWC or CHW, uint8 scaled by 1/255 or float as it is) goes to a
   conv: a grid of at most `SMALL_GRID` a side (MiniGrid's 7x7x3) at full resolution; up to
   `--image-size` a side as it is; larger ones made grey and resized to `--image-size` square by
-  linear interpolation, as the reference treats pixels (the channels' mean, then the resize);
+  linear interpolation, as the reference treats pixels (the channels' mean, then the resize;
+  above 80, an area average);
 - a vector (a `Box` of rank 1 or 2, any dtype; `MultiBinary`) and a `Discrete` value (one-hot)
   go, all of them together, to the MLP;
 - a `Dict` or `Tuple` is those parts, key by key; a key of another kind (MiniGrid's `mission`
@@ -24,7 +26,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from .atari import FRAME_SIZE, _linear_resize_matrix
+from .atari import FRAME_SIZE, HALVED, _area_resize_matrix, _linear_resize_matrix
 
 SMALL_GRID = 16  # an image at most this many cells a side is a grid: no stride, no resize
 MAX_CHANNELS = 4  # the channel axis of an image is the one of at most this many (RGBA), last if both
@@ -120,11 +122,14 @@ _RESIZERS: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
 
 def _resize_matrices(shape: tuple[int, ...], size: int) -> tuple[np.ndarray, np.ndarray]:
     """Linear resampling of rows and columns to `size`, through at most 80 first when the image is
-    much larger (the reference's two resizes: 80x80, then 42x42), so no pixel is skipped outright."""
+    much larger (the reference's two resizes: 80x80, then 42x42), so no pixel is skipped outright;
+    a `size` above 80 is an area average in one step, as for Atari frames (80 would be enlarged)."""
     found = _RESIZERS.get((shape[0], shape[1], size))
     if found is None:
         def axis(n: int) -> np.ndarray:
-            middle = min(n, 80) if n > 2 * size else n
+            if size > HALVED:
+                return _area_resize_matrix(n, size)
+            middle = min(n, HALVED) if n > 2 * size else n
             return _linear_resize_matrix(middle, size) @ _linear_resize_matrix(n, middle)
 
         found = _RESIZERS[(shape[0], shape[1], size)] = (axis(shape[0]), axis(shape[1]))
@@ -176,7 +181,7 @@ def _parts(key: str, space: gym.Space, offset: int, image_size: int) -> tuple[li
 
 
 def is_native(space: gym.Space) -> bool:
-    """What the model takes as it is: a flat float32 vector, or the 42x42 Atari frame."""
+    """What the model takes as it is: a flat float32 vector, or a 1x42x42 float32 frame."""
     return (isinstance(space, gym.spaces.Box) and space.dtype == np.float32
             and (len(space.shape) == 1 or tuple(space.shape) == (1, FRAME_SIZE, FRAME_SIZE)))
 

@@ -21,7 +21,7 @@ import torch
 from .acting import request_problem
 from .checkpoint import CheckpointError, NoCheckpointError, check_training_payload, load_latest
 from .config import Config, build_parser
-from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env, env_options
+from .envs import EnvInfo, EnvSpecError, check_spawnable, describe_env, env_options, is_atari
 from .model import build_model, model_size_problem
 from .nodes import RUN_TOKEN, Node
 from .rundir import (
@@ -62,7 +62,8 @@ def _describe(cfg: Config) -> EnvInfo:
     try:
         too_large = model_size_problem(info.obs_shape, info.num_actions, cfg, info.layout)
     except ValueError as exc:  # an encoder that cannot read images this small
-        hint = "give a larger --image-size or another --encoder"
+        hint = ("give a larger --image-size or another --encoder" if is_atari(cfg.env) else
+                "give another --encoder (an image is never enlarged to --image-size)")
         raise ConfigError([f"--encoder {cfg.encoder}: {exc}; {hint}"]) from None
     if too_large:
         raise ConfigError([f"--lstm-size/--hidden-size: {too_large}"])

@@ -64,6 +64,18 @@ def test_a_large_image_is_made_grey_and_resized_as_linear_interpolation_does():
     np.testing.assert_allclose(packed, np.tile(expected_row, (42, 1)), atol=1e-5)
 
 
+def test_above_80_a_large_image_is_an_area_average_so_a_one_pixel_line_keeps_its_light():
+    """At --image-size 84 the two-step resize would go through 80 and enlarge; every pixel's light
+    is kept instead, as for Atari frames (the slow reference: the mean of each 2x3 block)."""
+    layout = layout_of(gym.spaces.Box(0, 255, (168, 252, 3), np.uint8), image_size=84)
+    image = np.zeros((168, 252, 3), np.uint8)
+    image[:, 101] = 255  # one column lit, in every channel
+    packed = layout.pack(image).reshape(84, 84)
+    expected = (image.mean(axis=2) / 255.0).reshape(84, 2, 84, 3).mean(axis=(1, 3))
+    np.testing.assert_allclose(packed, expected, atol=1e-5)
+    assert packed.sum() * 2 * 3 == pytest.approx(168, rel=1e-4)
+
+
 def test_tuples_multibinary_and_discrete_are_taken_and_bad_spaces_say_what_is_supported():
     space = gym.spaces.Tuple((gym.spaces.Discrete(3, start=1), gym.spaces.MultiBinary(4),
                               gym.spaces.Box(0, 5, (2, 3), np.int64)))

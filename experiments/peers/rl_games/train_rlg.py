@@ -5,11 +5,12 @@ virtual environment by `make bench-peers`.
 `python train_rlg.py CONFIG TRAIN_DIR NAME SEED GAMES_TO_TRACK [STICKY]`: CONFIG is the file name
 in the package. What this launcher changes, and why (listed in the results too), is CPU_CHANGES:
 the config leaves the device to its default, `cuda:0`, and compiles the model with torch.compile
-(no epoch finished in 90 s on 2 cores); its 64 actors x 128 steps make one epoch 8,192 steps,
-minutes on 2 cores, so 16 actors with the minibatch cut in the same proportion (4 minibatches
-an epoch, as published). Besides: the seed, where it writes, the window of its running mean
-(`games_to_track`, our race's 20 episodes for Pong), no epoch limit (the race stops it) and, for
-the sticky-actions games, EnvPool's `repeat_action_probability`.
+(no epoch finished in 90 s on 2 cores); its 64 (or 48) actors x 128 steps make one epoch 8,192
+(6,144) steps, minutes on 2 cores, so 16 actors with the minibatch cut in the same proportion
+(as many minibatches an epoch as published). Besides: the seed (rl_games seeds nothing for
+seed 0, so it is set here for torch, numpy and EnvPool), where it writes, the window of its
+running mean (`games_to_track`, our race's 20 episodes for Pong), no epoch limit (the race stops
+it) and, for the sticky-actions games, EnvPool's `repeat_action_probability`.
 
 Each epoch prints one line `RACE mean=<mean of the last games_to_track whole games> games=<n>
 steps=<agent steps>`: its observer's figure (EnvPool's unclipped per-game score, every life of a
@@ -19,6 +20,8 @@ rl_games' runner.py is not in the wheel; the Runner is called as runner.py does.
 import sys
 from importlib.resources import files
 
+import numpy as np
+import torch
 import yaml
 from rl_games.common.algo_observer import DefaultAlgoObserver
 from rl_games.torch_runner import Runner
@@ -38,7 +41,10 @@ def main(name_of_config: str, train_dir: str, name: str, seed: str, games_to_tra
     config = yaml.safe_load((files("rl_games") / "configs" / "atari" / name_of_config).read_text())
     params = config["params"]
     params["seed"] = int(seed)
+    torch.manual_seed(int(seed))  # rl_games' own seeding is skipped for seed 0 (`if self.seed:`)
+    np.random.seed(int(seed))
     run = params["config"]
+    run["env_config"]["seed"] = int(seed)
     actors = run["num_actors"]
     run.update(CPU_CHANGES)
     run["minibatch_size"] = run["minibatch_size"] * CPU_CHANGES["num_actors"] // actors
