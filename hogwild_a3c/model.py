@@ -126,8 +126,8 @@ class ImpalaEncoder(nn.Sequential):
 
 
 # `--encoder`: what reads images that are not small grids (Atari frames included)
-IMAGE_ENCODERS: dict[str, type[nn.Module]] = {"universe": ConvEncoder, "nature": NatureEncoder,
-                                              "impala": ImpalaEncoder}
+IMAGE_ENCODERS: dict[str, type[ConvEncoder] | type[NatureEncoder] | type[ImpalaEncoder]] = {
+    "universe": ConvEncoder, "nature": NatureEncoder, "impala": ImpalaEncoder}
 
 
 class GridEncoder(nn.Sequential):
