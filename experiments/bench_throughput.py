@@ -12,6 +12,9 @@ evaluator's CPU use while it waits between evaluations. Writes experiments/resul
 `--eval-nice N...` measures instead the trainer beside an evaluator that plays without pause, at each
 of those priorities (the first --envs-per-worker and --rollout-steps values), interleaved: the
 workers' steps/s against the evaluator's episodes and CPU share. Writes throughput-eval-nice[-TAG].md.
+
+`--variants FLAGS...` prices model levers instead: the trainer with each set of flags (e.g.
+`'' '--image-size 84' '--encoder impala'`), interleaved, as a ratio to the first. Writes variants[-TAG].md.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import argparse
 import csv
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -65,7 +69,7 @@ def _acting_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, wa
 
 
 def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, with_idle_evaluator=False,
-                    preset="universe", rollout_steps=None, busy_evaluator_nice=None, eval_episodes=1):
+                    preset="universe", rollout_steps=None, busy_evaluator_nice=None, eval_episodes=1, extra=()):
     """The trainer's steps/s after the warm-up; with `busy_evaluator_nice` an evaluator plays one
     episode after another at that priority (the end of a long run, where episodes are long),
     and the window's evaluations per minute and the evaluator's CPU share come back too."""
@@ -74,6 +78,7 @@ def measure_trainer(env_id, env_kwargs, workers, envs, seconds, warmup, tag, wit
             "--progress-interval", 1, "--max-seconds", seconds + warmup + 15, "--run-dir", run_dir]
     if rollout_steps is not None:
         args += ["--rollout-steps", rollout_steps]
+    args += list(extra)
     if env_kwargs:
         args += ["--env-kwargs", *env_kwargs]
     if with_idle_evaluator:
@@ -125,6 +130,10 @@ def main():
     parser.add_argument("--warmup", type=float, default=config["warmup_seconds"])
     parser.add_argument("--repeats", type=int, default=config["repeats"])
     parser.add_argument("--tag", default="", help="suffix of the result files, e.g. 'before'")
+    parser.add_argument("--variants", nargs="+", metavar="FLAGS",
+                        help="trainer flags to price, each a row ('' is the preset as it is), measured interleaved "
+                             "(every repeat runs each once) at the first --workers, --envs-per-worker and "
+                             "--rollout-steps; e.g. '' '--image-size 84' '--encoder impala'")
     parser.add_argument("--preset", default="universe",
                         help="the trainer's preset (default: the reference's algorithm, 20-step rollouts, as in older "
                              "results; `atari` is the Atari default, 10-step rollouts)")
@@ -154,6 +163,8 @@ def main():
     options = env_options(Config(**preset_values))  # the raw env made as the preset's workers make theirs
     if args.eval_nice:
         return measure_eval_priority(args, env_id, env_kwargs, workers_list)
+    if args.variants:
+        return measure_variants(args, env_id, env_kwargs, workers_list[0])
     rows = []
     cells = [(steps, envs, workers)
              for steps in args.rollout_steps for envs in args.envs_per_worker for workers in workers_list]
@@ -202,6 +213,34 @@ def main():
     )
     text += "\n" + markdown_table(rows, columns)
     (out_dir / f"throughput{suffix}.md").write_text(text)
+    print(text)
+
+
+def measure_variants(args, env_id, env_kwargs, workers):
+    """What each model lever costs in agent steps/s: the trainer with each variant's flags, one
+    after another within every repeat, so the machine's drift hits all alike."""
+    found: dict[str, list[float]] = {variant: [] for variant in args.variants}
+    for repeat in range(args.repeats):
+        for number, variant in enumerate(args.variants):
+            rate, *_ = measure_trainer(env_id, env_kwargs, workers, args.envs_per_worker[0], args.seconds, args.warmup,
+                                       f"variant{number}-r{repeat}", preset=args.preset,
+                                       rollout_steps=args.rollout_steps[0], extra=shlex.split(variant))
+            found[variant].append(rate)
+            print(f"variant {variant or '(preset)'!s} repeat {repeat}: trainer {rate:.0f} steps/s", flush=True)
+    base = statistics.median(found[args.variants[0]])
+    rows = [{"flags": variant or "(the preset)", "trainer_steps_per_s": statistics.median(rates),
+             "runs": " / ".join(f"{r:.0f}" for r in rates),
+             f"over_{(args.variants[0] or 'preset').replace(' ', '_')}": statistics.median(rates) / base}
+            for variant, rates in found.items()]
+    command = "make bench-throughput ARGS=" + shlex.quote(shlex.join(sys.argv[1:]))
+    text = header(f"The price of model levers in agent steps/s on {env_id}", command, {
+        "layout": f"{workers} workers x {args.envs_per_worker[0]} envs, {args.rollout_steps[0]}-step rollouts, "
+                  f"--preset {args.preset}, no evaluator",
+        "per cell": f"median of {args.repeats} runs of {args.seconds:g} s after {args.warmup:g} s warm-up, "
+                    "the variants interleaved"})
+    text += "\n" + markdown_table(rows, list(rows[0]))
+    suffix = f"-{args.tag}" if args.tag else ""
+    (results_dir("throughput") / f"variants{suffix}.md").write_text(text)
     print(text)
 
 
