@@ -185,8 +185,9 @@ def panels_from(curves: Path, rows: list[dict]) -> dict[str, list[tuple[str, pd.
             latest[key] = path
     panels: dict[str, list] = {}
     for (game, is_ppo, seed), path in sorted(latest.items()):
-        label = ("SB3 PPO" if is_ppo else "hogwild_a3c") + (f" seed {seed}" if seed else "")
-        panels.setdefault(game, []).append((label, pd.read_csv(path), "C1" if is_ppo else "C0"))
+        label = ("SB3 PPO" if is_ppo else "hogwild_a3c") + f" seed {seed}"
+        colour = f"C{(2 * seed + int(is_ppo)) % 10}"  # one per agent and seed: two seeds' curves stay apart
+        panels.setdefault(game, []).append((label, pd.read_csv(path), colour))
     return panels
 
 
