@@ -7,6 +7,18 @@ import torch
 from hogwild_a3c.model import ActorCritic
 
 
+def steps_agree_with_replay(model, obs):
+    """Acting step by step from zeros gives the logits and values of one replay of obs [T, B, ...];
+    returns the replay's, with their graph."""
+    logits, values = model.replay(obs, model.initial_state(obs.shape[1]))
+    state = model.initial_state(obs.shape[1])
+    for t in range(len(obs)):
+        step_logits, step_values, state = model.step(obs[t], state)
+        torch.testing.assert_close(step_logits, logits[t], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(step_values, values[t], rtol=1e-5, atol=1e-6)
+    return logits, values
+
+
 def test_conv_model_shapes_and_feature_size():
     model = ActorCritic((1, 42, 42), 6)
     assert model.encoder.out_features == 288
@@ -137,13 +149,7 @@ def test_frames_with_observation_normalization_act_and_replay_alike_and_constant
     normalized = model.obs_norm.normalize(frames)
     assert torch.isfinite(normalized).all()
     assert normalized[:, 0, :10].abs().max() == 0 and normalized[:, 0, 10:14, 20].std() > 0.5
-    obs = frames[:30].view(10, 3, 1, 42, 42)
-    replay_logits, replay_values = model.replay(obs, model.initial_state(3))
-    state = model.initial_state(3)
-    for t in range(10):
-        logits, values, state = model.step(obs[t], state)
-        torch.testing.assert_close(logits, replay_logits[t], rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(values, replay_values[t], rtol=1e-5, atol=1e-6)
+    steps_agree_with_replay(model, frames[:30].view(10, 3, 1, 42, 42))
 
 
 @pytest.mark.parametrize("encoder, size, features", [("universe", 84, 32 * 6 * 6), ("nature", 84, 512),
@@ -152,13 +158,7 @@ def test_every_image_encoder_acts_and_replays_alike_and_every_weight_learns(enco
     torch.manual_seed(0)
     model = ActorCritic((1, size, size), 6, lstm_size=32, encoder=encoder)
     assert model.encoder.out_features == features
-    obs = torch.rand(4, 2, 1, size, size)
-    logits, values = model.replay(obs, model.initial_state(2))
-    state = model.initial_state(2)
-    for t in range(4):
-        step_logits, step_values, state = model.step(obs[t], state)
-        torch.testing.assert_close(step_logits, logits[t], rtol=1e-5, atol=1e-6)
-        torch.testing.assert_close(step_values, values[t], rtol=1e-5, atol=1e-6)
+    logits, values = steps_agree_with_replay(model, torch.rand(4, 2, 1, size, size))
     (logits.logsumexp(-1).sum() + values.square().sum()).backward()
     for name, param in model.named_parameters():
         assert param.grad is not None and torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0, name
