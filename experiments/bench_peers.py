@@ -233,7 +233,8 @@ RLG_CHANGES = ("device cpu (its config leaves cuda:0), torch_compile off (no epo
 
 def not_raced(args) -> str:
     left_out = [name for name in PEER_NAMES if name not in args.peers]
-    return "; ".join([*(f"{name}: left out by --peers" for name in left_out), NOT_RACED])
+    ours = [] if args.ours else ["ours: left out by --no-ours (its same-day rows are in this folder's other files)"]
+    return "; ".join([*ours, *(f"{name}: left out by --peers" for name in left_out), NOT_RACED])
 
 
 def rl_games_reading(log: Path, window: int) -> Reading:
@@ -262,15 +263,16 @@ def pong_part(args) -> str:
     out.mkdir(parents=True)
     rows = []
     for seed in args.seeds:
-        run_dir = out / f"ours-s{seed}"
-        command = [sys.executable, "-m", "hogwild_a3c.train", "--env", "ALE/Pong-v5", "--env-kwargs",
-                   "repeat_action_probability=0.0", "--seed", str(seed),
-                   "--max-seconds", str(args.budget_minutes * 60 + 60), "--no-progress", "--run-dir", str(run_dir)]
-        result = race(command, REPO, out / f"ours-s{seed}.log", args.budget_minutes * 60,
-                      functools.partial(ours_reading, run_dir))
-        rows.append({"trainer": "hogwild_a3c (ours), no flags", "seed": seed, **result,
-                     "our evaluator at +18": ours_evaluator_figure(run_dir)})
-        print(rows[-1], flush=True)
+        if args.ours:
+            run_dir = out / f"ours-s{seed}"
+            command = [sys.executable, "-m", "hogwild_a3c.train", "--env", "ALE/Pong-v5", "--env-kwargs",
+                       "repeat_action_probability=0.0", "--seed", str(seed),
+                       "--max-seconds", str(args.budget_minutes * 60 + 60), "--no-progress", "--run-dir", str(run_dir)]
+            result = race(command, REPO, out / f"ours-s{seed}.log", args.budget_minutes * 60,
+                          functools.partial(ours_reading, run_dir))
+            rows.append({"trainer": "hogwild_a3c (ours), no flags", "seed": seed, **result,
+                         "our evaluator at +18": ours_evaluator_figure(run_dir)})
+            print(rows[-1], flush=True)
         if "sample_factory" in args.peers:
             log = out / f"sample-factory-s{seed}.log"
             command = [sf_python, str(PEERS / "sample_factory" / "train_sf.py"), "--env", "atari_pong", "--experiment",
@@ -338,13 +340,14 @@ def atari_30_min_part(args) -> str:
     for game in args.games:
         ours_env, sf_env = STICKY_GAMES[game]
         for seed in args.seeds:
-            run_dir = out / f"ours-{game}-s{seed}"
-            command = [sys.executable, "-m", "hogwild_a3c.train", "--env", ours_env, "--seed", str(seed),
-                       "--max-seconds", str(budget + 60), "--no-progress", "--run-dir", str(run_dir)]
-            result = race(command, REPO, out / f"ours-{game}-s{seed}.log", budget,
-                          functools.partial(ours_reading, run_dir, WINDOW_30_MIN), target=None)
-            rows.append({"game": game, "trainer": "hogwild_a3c (ours), no flags", "seed": seed, **result})
-            print(rows[-1], flush=True)
+            if args.ours:
+                run_dir = out / f"ours-{game}-s{seed}"
+                command = [sys.executable, "-m", "hogwild_a3c.train", "--env", ours_env, "--seed", str(seed),
+                           "--max-seconds", str(budget + 60), "--no-progress", "--run-dir", str(run_dir)]
+                result = race(command, REPO, out / f"ours-{game}-s{seed}.log", budget,
+                              functools.partial(ours_reading, run_dir, WINDOW_30_MIN), target=None)
+                rows.append({"game": game, "trainer": "hogwild_a3c (ours), no flags", "seed": seed, **result})
+                print(rows[-1], flush=True)
             if "sample_factory" in args.peers:
                 log = out / f"sample-factory-{game}-s{seed}.log"
                 command = [sf_python, str(PEERS / "sample_factory" / "train_sf.py"), "--env", sf_env, "--experiment",
@@ -395,6 +398,9 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="pong: seeds, each trainer once per seed")
     parser.add_argument("--peers", nargs="+", choices=PEER_NAMES, default=list(PEER_NAMES),
                         help="pong, atari-30min: the peers that race ours")
+    parser.add_argument("--ours", action=argparse.BooleanOptionalAction, default=True,
+                        help="pong, atari-30min: race ours too (--no-ours: only the peers, when ours already ran "
+                             "that day on the same machine; the file says so)")
     parser.add_argument("--budget-minutes", type=float, default=30.0,
                         help="pong: the most a run may take; atari-30min: each run's length")
     parser.add_argument("--repeats", type=int, default=3)

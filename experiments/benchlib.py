@@ -26,7 +26,12 @@ def results_dir(benchmark: str) -> Path:
 def write_dated_result(benchmark: str, name: str, text: str) -> Path:
     """Print a result and write it to experiments/results/<benchmark>/<today>-<name>.md."""
     print(text)
-    out = results_dir(benchmark) / f"{dt.date.today().isoformat()}-{name}.md"
+    stem = f"{dt.date.today().isoformat()}-{name}"
+    out = results_dir(benchmark) / f"{stem}.md"
+    number = 1
+    while out.exists():  # a second run the same day gets its own file: an earlier result is never overwritten
+        number += 1
+        out = results_dir(benchmark) / f"{stem}-{number}.md"
     out.write_text(text)
     print(f"wrote {out}")
     return out
