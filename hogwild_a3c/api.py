@@ -147,7 +147,8 @@ class PolicyError(ValueError):
 class Policy:
     """A trained policy for an env loop of your own: `initial_state()`, then `act(obs, state)`
     for each observation. Observations are what `make_env()` returns, or the env's own: raw Atari
-    frames (210x160 grey or 210x160x3 RGB) are preprocessed as in training, and an env whose
+    frames (210x160 grey or 210x160x3 RGB) are preprocessed as in training (not where training
+    stacked frames, `--frame-stack`: one frame is not a stack), and an env whose
     observations training packed (a dict, an image, a discrete value) is packed the same way."""
 
     def __init__(self, model: ActorCritic, cfg: Config, env_info: EnvInfo, checkpoint: Path,
@@ -157,7 +158,9 @@ class Policy:
         self.cfg = cfg
         self.env_info = env_info
         self.checkpoint = checkpoint
-        self._atari_frame = AtariFrame(cfg.image_size) if len(env_info.obs_shape) == 3 and is_atari(cfg.env) else None
+        # A raw frame is one frame: a policy that sees stacked frames takes make_env()'s observations.
+        self._atari_frame = (AtariFrame(cfg.image_size) if len(env_info.obs_shape) == 3 and is_atari(cfg.env)
+                             and cfg.frame_stack == 1 else None)
 
     def make_env(self, render_mode: str | None = None) -> Any:
         """The env as the trainer made it (id, keyword arguments, preprocessing)."""

@@ -1,8 +1,8 @@
 """Atari: the universe frames (`UniverseFrames`, grey and 42x42 by default, as the reference's;
 `AtariFrame`, the same computation on one raw frame) and the Atari protocol (`AtariSteps`: the
 frameskip with the max of the last two frames, FIRE after a reset and a lost life, each lost life
-marked in the step's info). `envs.make_env` puts them on an ALE env; ALE ids are registered here
-(`register_atari`).
+marked in the step's info) and the last frames stacked as channels (`StackedFrames`).
+`envs.make_env` puts them on an ALE env; ALE ids are registered here (`register_atari`).
 """
 from __future__ import annotations
 
@@ -87,6 +87,33 @@ class UniverseFrames(gym.ObservationWrapper):
 
     def observation(self, frame: np.ndarray) -> np.ndarray:
         return self._frame(frame)
+
+
+class StackedFrames(gym.Wrapper):
+    """The last `count` frames as channels, oldest first (`--frame-stack`): the DQN papers' way to
+    let the conv see motion (a bullet's direction) that one frame cannot show. A reset fills the
+    stack with its first frame, so an episode never sees the previous one's frames; a lost life
+    is no reset and keeps them, as the screen does."""
+
+    def __init__(self, env: gym.Env, count: int):
+        super().__init__(env)
+        channels, height, width = env.observation_space.shape  # type: ignore[misc]
+        if channels != 1:
+            raise ValueError(f"StackedFrames stacks grey frames of one channel, got {channels}")
+        self._stack = np.zeros((count, height, width), np.float32)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, self._stack.shape, np.float32)
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        frame, info = self.env.reset(**kwargs)
+        self._stack[:] = frame
+        return self._stack.copy(), info
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        frame, reward, terminated, truncated, info = self.env.step(action)
+        self._stack[:-1] = self._stack[1:]
+        self._stack[-1] = frame[0]
+        # A copy: the caller keeps observations across steps (a rollout stores each one).
+        return self._stack.copy(), reward, terminated, truncated, info
 
 
 class AtariSteps(gym.Wrapper):

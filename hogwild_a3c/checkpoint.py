@@ -360,7 +360,7 @@ def check_model_fits(payload: dict[str, Any], path: Path, model: torch.nn.Module
             or any(not isinstance(v, torch.Tensor) or tuple(v.shape) != tuple(expected[k].shape)
                    for k, v in saved.items())):
         raise CheckpointError(f"{path}: its model does not fit this config "
-                              "(another --lstm-size, --image-size, --encoder, env or model?)")
+                              "(another --lstm-size, --image-size, --frame-stack, --encoder, env or model?)")
     for name, tensor in saved.items():
         if tensor.dtype != expected[name].dtype:
             raise CheckpointError(f"{path}: its model's {name} is {tensor.dtype}, not {expected[name].dtype}")

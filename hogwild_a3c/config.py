@@ -58,6 +58,9 @@ class Config:
                            "become grey and SIZE x SIZE, as the reference treats pixels (84: the DQN papers' "
                            "frames, ~3x the compute a step); smaller images go to the conv as they are (a grid of "
                            "up to 16 a side, such as MiniGrid's, at full resolution)", metavar="SIZE")
+    frame_stack: int = _opt(1, "Atari: the policy sees the last K frames stacked as channels (4 in the DQN papers), "
+                            "so its conv sees motion; 1 = one frame, the LSTM carrying the past (universe's)",
+                            metavar="K")
     # The Atari protocol (other envs ignore all but --clip-reward); `--preset universe` has none of it
     clip_reward: bool = _opt(False, "clip each reward to [-1, 1] for learning, as the A3C paper does on Atari; the "
                              "logged and evaluated returns stay unclipped", negatable=True)
@@ -187,7 +190,7 @@ PRESET_FIELDS = {
     "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "lr_warmup_updates", "lr_decay_steps",
     "entropy_coef", "value_coef", "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size",
     "encoder", "activation", "loss_reduction", "normalize_obs", "normalize_reward", "value_net", "clip_reward",
-    "life_loss", "fire_reset", "max_pool", "image_size",
+    "life_loss", "fire_reset", "max_pool", "image_size", "frame_stack",
 }
 
 
@@ -432,6 +435,7 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(math.isfinite(cfg.lstm_forget_bias), "lstm_forget_bias", "a finite number", cfg.lstm_forget_bias)
     need(cfg.hidden_size >= 1, "hidden_size", "an integer >= 1", cfg.hidden_size)
     need(8 <= cfg.image_size <= 256, "image_size", "an integer from 8 to 256", cfg.image_size)
+    need(1 <= cfg.frame_stack <= 16, "frame_stack", "an integer from 1 to 16", cfg.frame_stack)
     # torchrun's SIGTERM reaches the trainer's whole process group, a forkserver too, whose death
     # kills every child before the node's stop vote can go out.
     need(cfg.start_method == "spawn" or "TORCHELASTIC_RUN_ID" not in os.environ, "start_method",

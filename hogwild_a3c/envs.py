@@ -29,6 +29,7 @@ from .atari import (
     FRAME_SIZE,
     AtariFrame,
     AtariSteps,
+    StackedFrames,
     UniverseFrames,
     ale_default_frameskip,
     is_atari,
@@ -40,7 +41,7 @@ from .observations import FlatObservation, ObservationError, ObsLayout, layout_o
 
 # What other modules and the benchmarks import from here: the Atari pieces live in atari.py.
 __all__ = ["ATARI_CROP_ROWS", "FRAME_MODES", "FRAME_SIZE", "AtariFrame", "AtariSteps", "EnvInfo", "EnvSpecError",
-           "UniverseFrames", "check_spawnable", "describe_env", "env_options", "is_atari", "make_env",
+           "StackedFrames", "UniverseFrames", "check_spawnable", "describe_env", "env_options", "is_atari", "make_env",
            "parse_env_kwargs", "register_atari", "unconsented_module"]
 
 class EnvSpecError(ValueError):
@@ -86,6 +87,7 @@ def make_env(
     max_pool: bool = False,
     fire_reset: bool = False,
     image_size: int = FRAME_SIZE,
+    frame_stack: int = 1,
 ) -> gym.Env:
     """Build one training environment; safe to call in any process.
 
@@ -93,7 +95,8 @@ def make_env(
     how Atari frames become grey; other envs ignore it. `env_kwargs={"obs_type": "rgb"}` also
     gives universe's frames. `max_pool` and `fire_reset` are the Atari protocol of `AtariSteps`;
     other envs ignore them too. `image_size`: the side Atari frames and images larger than it are
-    resized to (atari.py, observations.py).
+    resized to (atari.py, observations.py). `frame_stack`: Atari frames seen as the last this many
+    stacked as channels; other envs must leave it at 1.
     """
     frame = RENAMED.get(frame, frame)
     if frame not in FRAME_MODES:
@@ -119,7 +122,12 @@ def make_env(
             kwargs["frameskip"] = 1
         # Greyscale straight from ALE (`fast`) saves the RGB->grey conversion on every frame.
         env: gym.Env = UniverseFrames(AtariSteps(gym.make(env_id, **kwargs), skip, max_pool, fire_reset), image_size)
+        if frame_stack > 1:
+            env = StackedFrames(env, frame_stack)
         return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps is not None else env
+    if frame_stack != 1:
+        raise EnvSpecError(f"--frame-stack {frame_stack}: only Atari frames are stacked; '{env_id}' is not an "
+                           "Atari env, so give --frame-stack 1 (its LSTM carries what past observations showed)")
     env = gym.make(env_id, **kwargs)
     layout = layout_of(env.observation_space, image_size)
     if layout is not None:
@@ -292,7 +300,8 @@ class EnvInfo:
 
 def env_options(cfg: Any) -> dict[str, Any]:
     """The settings of a run's `Config` that `make_env` takes besides the id and its kwargs."""
-    return {"frame": cfg.frame, "max_pool": cfg.max_pool, "fire_reset": cfg.fire_reset, "image_size": cfg.image_size}
+    return {"frame": cfg.frame, "max_pool": cfg.max_pool, "fire_reset": cfg.fire_reset, "image_size": cfg.image_size,
+            "frame_stack": cfg.frame_stack}
 
 
 def _has_layout(env: gym.Env) -> bool:
@@ -304,14 +313,15 @@ def _has_layout(env: gym.Env) -> bool:
 
 
 def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: str = "luminance",
-                 max_pool: bool = False, fire_reset: bool = False, image_size: int = FRAME_SIZE) -> EnvInfo:
+                 max_pool: bool = False, fire_reset: bool = False, image_size: int = FRAME_SIZE,
+                 frame_stack: int = 1) -> EnvInfo:
     """Make the env once, check the model can train on it, and return what the model needs."""
     steps = (env_kwargs or {}).get("max_episode_steps")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise EnvSpecError(f"--env-kwargs max_episode_steps must be an integer >= 1 (got {steps!r})")
     try:
         env = make_env(env_id, env_kwargs, frame=frame, max_pool=max_pool, fire_reset=fire_reset,
-                       image_size=image_size)
+                       image_size=image_size, frame_stack=frame_stack)
     except ObservationError as exc:
         raise EnvSpecError(f"--env '{env_id}': {exc}") from None
     except ModuleNotFoundError as exc:
