@@ -7,7 +7,7 @@ marked in the step's info) and the last frames stacked as channels (`StackedFram
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -108,7 +108,7 @@ class StackedFrames(gym.Wrapper):
         self._stack[:] = frame
         return self._stack.copy(), info
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+    def step(self, action: int) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict[str, Any]]:
         frame, reward, terminated, truncated, info = self.env.step(action)
         self._stack[:-1] = self._stack[1:]
         self._stack[-1] = frame[0]

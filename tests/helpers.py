@@ -116,6 +116,15 @@ def serial_run(run_dir, *extra, steps=200):
     return run_dir
 
 
+def small_pong_run(run_dir, *extra, steps=600):
+    """A real 1-worker Pong run of a few hundred steps with a tiny LSTM, no evaluator."""
+    assert train.main(["--env", "ALE/Pong-v5", "--env-kwargs", "repeat_action_probability=0.0", "--lstm-size", "16",
+                       "--num-workers", "1", "--envs-per-worker", "2", "--max-steps", str(steps), "--eval-episodes",
+                       "0", "--no-progress", "--run-dir", str(run_dir), *extra]) == 0
+    assert pd.read_csv(Path(run_dir) / "progress.csv")["global_step"].iloc[-1] >= steps
+    return run_dir
+
+
 def one_error_line(capsys):
     err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("warning")]
     assert len(err) == 1 and err[0].startswith("error: "), err

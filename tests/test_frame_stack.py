@@ -2,11 +2,11 @@
 against a slow reference that keeps the single frames of the same game; a reset starts a fresh
 stack; a real run trains on stacked frames and its policy plays them."""
 import numpy as np
-import pandas as pd
 import pytest
 
 from hogwild_a3c import load_policy, train
 from hogwild_a3c.envs import EnvSpecError, describe_env, make_env
+from tests.helpers import one_error_line, small_pong_run
 
 PONG = ("ALE/Pong-v5", {"repeat_action_probability": 0.0})
 ACTIONS = [0, 2, 3, 2, 3, 1]
@@ -53,20 +53,13 @@ def test_only_atari_frames_are_stacked():
 def test_a_bad_frame_stack_is_one_line_before_any_run_starts(tmp_path, capsys, flags, message):
     run_dir = tmp_path / "run"
     assert train.main([*flags, "--max-steps", "10", "--no-progress", "--run-dir", str(run_dir)]) != 0
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0]
+    assert message in one_error_line(capsys)
     assert not run_dir.exists()
 
 
 @pytest.mark.timeout(180)
 def test_a_real_atari_run_trains_and_plays_on_stacked_frames(tmp_path):
-    run_dir = tmp_path / "run"
-    code = train.main(["--env", "ALE/Pong-v5", "--env-kwargs", "repeat_action_probability=0.0", "--frame-stack", "2",
-                       "--lstm-size", "16", "--num-workers", "1", "--envs-per-worker", "2", "--max-steps", "600",
-                       "--eval-episodes", "0", "--no-progress", "--run-dir", str(run_dir)])
-    assert code == 0
-    assert pd.read_csv(run_dir / "progress.csv")["global_step"].iloc[-1] >= 600
-    policy = load_policy(run_dir)
+    policy = load_policy(small_pong_run(tmp_path / "run", "--frame-stack", "2"))
     assert policy.cfg.frame_stack == 2 and policy.env_info.obs_shape == (2, 42, 42)
     assert policy.model.encoder[0].weight.shape[1] == 2  # the first conv reads both frames
     env = policy.make_env()

@@ -3,12 +3,11 @@ of `_process_frame42` (crop, resize each RGB channel 160 -> 80 -> 42, mean of th
 1/255), and `frame="luminance"` against the same resize of ALE's own greyscale screen; and the
 84x84 frames of `--image-size 84` against an area average by pixel replication."""
 import numpy as np
-import pandas as pd
 import pytest
 
-from hogwild_a3c import load_policy, train
+from hogwild_a3c import load_policy
 from hogwild_a3c.envs import AtariFrame, EnvSpecError, describe_env, make_env
-from tests.helpers import slow_linear_resize
+from tests.helpers import slow_linear_resize, small_pong_run
 
 
 def slow_process_frame42(rgb: np.ndarray) -> np.ndarray:
@@ -127,13 +126,7 @@ def test_a_one_pixel_shot_survives_84_but_can_fade_at_42():
 
 @pytest.mark.timeout(180)
 def test_a_real_atari_run_trains_on_84x84_frames(tmp_path):
-    run_dir = tmp_path / "run"
-    code = train.main(["--env", "ALE/Pong-v5", "--env-kwargs", "repeat_action_probability=0.0", "--image-size", "84",
-                       "--lstm-size", "16", "--num-workers", "1", "--envs-per-worker", "2", "--max-steps", "600",
-                       "--eval-episodes", "0", "--no-progress", "--run-dir", str(run_dir)])
-    assert code == 0
-    assert pd.read_csv(run_dir / "progress.csv")["global_step"].iloc[-1] >= 600
-    policy = load_policy(run_dir)
+    policy = load_policy(small_pong_run(tmp_path / "run", "--image-size", "84"))
     assert policy.env_info.obs_shape == (1, 84, 84)
     # 84 halved four times is 6: the LSTM reads 32 x 6 x 6 features, not 42's 32 x 3 x 3
     assert policy.model.lstm.weight_ih_l0.shape == (4 * 16, 32 * 6 * 6)
