@@ -41,7 +41,7 @@ from .observations import FlatObservation, ObservationError, ObsLayout, layout_o
 
 # What other modules and the benchmarks import from here: the Atari pieces live in atari.py.
 __all__ = ["ATARI_CROP_ROWS", "FRAME_MODES", "FRAME_SIZE", "AtariFrame", "AtariSteps", "EnvInfo", "EnvSpecError",
-           "StackedFrames", "UniverseFrames", "check_spawnable", "describe_env", "env_options", "is_atari", "make_env",
+           "UniverseFrames", "check_spawnable", "describe_env", "env_options", "is_atari", "make_env",
            "parse_env_kwargs", "register_atari", "unconsented_module"]
 
 class EnvSpecError(ValueError):
@@ -127,7 +127,7 @@ def make_env(
         return gym.wrappers.TimeLimit(env, max_episode_steps) if max_episode_steps is not None else env
     if frame_stack != 1:
         raise EnvSpecError(f"--frame-stack {frame_stack}: only Atari frames are stacked; '{env_id}' is not an "
-                           "Atari env, so give --frame-stack 1 (its LSTM carries what past observations showed)")
+                           "Atari env, so give --frame-stack 1")
     env = gym.make(env_id, **kwargs)
     layout = layout_of(env.observation_space, image_size)
     if layout is not None:
