@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import Config, experiment_fields
+from .config import BEFORE_THE_FIELD_EXISTED, Config, experiment_fields
 from .exit_codes import EXIT_OK, EXIT_USAGE
 from .logs import RunReadError, load_run
 
@@ -23,11 +23,21 @@ from .logs import RunReadError, load_run
 NOT_PART_OF_THE_EXPERIMENT = {f.name for f in dataclasses.fields(Config)} - experiment_fields()
 
 
+def as_trained(config: dict[str, Any]) -> dict[str, Any]:
+    """A saved config with every setting it predates filled in as runs were trained then, so that
+    a run saved before a field existed and one saved after it, of the same settings, compare equal."""
+    filled = {f.name: f.default for f in dataclasses.fields(Config) if f.default is not dataclasses.MISSING}
+    filled.update(BEFORE_THE_FIELD_EXISTED)
+    filled.update(config)
+    return filled
+
+
 def group_by_config(runs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Runs keyed by a label of their config without the seed; seeds of one config share a key."""
     groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
-        key = repr(sorted((k, repr(v)) for k, v in run["config"].items() if k not in NOT_PART_OF_THE_EXPERIMENT))
+        key = repr(sorted((k, repr(v)) for k, v in as_trained(run["config"]).items()
+                          if k not in NOT_PART_OF_THE_EXPERIMENT))
         groups[key].append(run)
     return groups
 
@@ -41,7 +51,7 @@ def labelled_groups(runs: list[dict[str, Any]], labels: list[str]) -> dict[str, 
 
 
 def _label(group: list[dict[str, Any]], distinct: list[str]) -> str:
-    config = group[0]["config"]
+    config = as_trained(group[0]["config"])
     parts = [f"{k}={config.get(k)}" for k in distinct] or [config.get("env", "?")]
     label = ", ".join(parts)
     if len(group) > 1:
@@ -91,9 +101,10 @@ def plot_runs(run_dirs: list[str | Path], out: str | Path, title: str | None = N
 
     runs = [load_run(d) for d in run_dirs]
     groups = labelled_groups(runs, labels) if labels else group_by_config(runs)
+    configs = [as_trained(run["config"]) for run in runs]
     keys_that_differ = sorted({
-        k for run in runs for k in run["config"]
-        if k not in NOT_PART_OF_THE_EXPERIMENT and len({repr(r["config"].get(k)) for r in runs}) > 1
+        k for config in configs for k in config
+        if k not in NOT_PART_OF_THE_EXPERIMENT and len({repr(c.get(k)) for c in configs}) > 1
     })
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for (axis, x, xlabel) in ((axes[0], "global_step", "agent steps"), (axes[1], "time_s", "wall time (s)")):

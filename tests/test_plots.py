@@ -42,6 +42,17 @@ def test_seeds_of_one_config_are_grouped(tiny_runs):
     assert sorted(len(g) for g in groups.values()) == [1, 2]
 
 
+def test_a_run_saved_before_a_setting_existed_groups_with_its_seeds_saved_after(tiny_runs):
+    from hogwild_a3c.logs import load_run
+
+    runs = [load_run(r) for r in tiny_runs]
+    for newer in ("epochs", "ratio_clip", "frame_stack"):  # settings added after the first runs were saved
+        del runs[0]["config"][newer]
+    groups = plot.group_by_config(runs)
+    assert sorted(len(g) for g in groups.values()) == [1, 2]
+    assert plot.as_trained(runs[0]["config"])["epochs"] == 1
+
+
 def test_labels_draw_each_run_on_its_own(tiny_runs, tmp_path, capsys):
     from hogwild_a3c.logs import load_run
 
