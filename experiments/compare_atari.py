@@ -3,7 +3,7 @@ reads experiments/results/atari/NAME.csv of each `make bench-atari --out NAME` (
 prints, per game, each arm's mean over seeds of the last 100 training episodes (the seeds' own
 figures beside it), its ratio to BASE, the median human-normalized score of the seed means and
 the median steps/s (a larger model costs speed: the lever's price at equal wall time).
-`--out FILE` also writes the table there.
+`--out FILE` also writes the table there. An arm whose seeds were run apart is `NAME+NAME2`.
 """
 from __future__ import annotations
 
@@ -18,16 +18,24 @@ from bench_atari import WINDOW, normalized
 from benchlib import load_config, markdown_table, results_dir
 
 
-def arm(name: str) -> pd.DataFrame:
-    path = results_dir("atari") / f"{name}.csv"
-    if not path.is_file():
-        raise SystemExit(f"error: {path}: no such table; run make bench-atari ARGS='--out {name} ...' first")
-    table = pd.read_csv(path)
+def arm(spec: str) -> pd.DataFrame:
+    """The rows of ours in NAME.csv; `NAME+MORE+...` joins tables of one arm run at different times
+    (its second seed, say), and is labelled by its first NAME."""
+    tables = []
+    for name in spec.split("+"):
+        path = results_dir("atari") / f"{name}.csv"
+        if not path.is_file():
+            raise SystemExit(f"error: {path}: no such table; run make bench-atari ARGS='--out {name} ...' first")
+        tables.append(pd.read_csv(path))
+    table = pd.concat(tables, ignore_index=True)
     return table[table["agent"] == "hogwild_a3c"]
 
 
-def compare(names: list[str], config: dict) -> tuple[list[dict], list[dict]]:
-    arms = {name: arm(name) for name in names}
+def compare(specs: list[str], config: dict) -> tuple[list[dict], list[dict]]:
+    names = [spec.split("+")[0] for spec in specs]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"error: two arms share the label {next(n for n in names if names.count(n) > 1)}")
+    arms = {name: arm(spec) for name, spec in zip(names, specs)}
     base = names[0]
     games = [g for g in config["games"] if all(g in set(t["game"]) for t in arms.values())]
     if not games:
@@ -56,7 +64,8 @@ def compare(names: list[str], config: dict) -> tuple[list[dict], list[dict]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="+", metavar="NAME", help="result tables: the baseline first")
+    parser.add_argument("names", nargs="+", metavar="NAME", help="result tables: the baseline first; NAME+MORE joins "
+                        "the tables of one arm (its seeds run apart), labelled NAME")
     parser.add_argument("--out", type=Path, help="also write the markdown here")
     args = parser.parse_args()
     if len(args.names) < 2:
