@@ -1,4 +1,5 @@
-"""The A3C maths as pure functions: discounting, returns, GAE and universe's summed loss.
+"""The A3C maths as pure functions: discounting, returns, GAE and universe's summed loss (with
+PPO's clipped policy term for the later passes of `--epochs`).
 
 Nothing here knows about processes or environments, so every function can be checked against
 a slow reference (tests/test_algo.py).
@@ -83,6 +84,18 @@ def rollout_targets(
     return returns, advantages
 
 
+def normalized_advantages(advantages: np.ndarray, eps: float = 1e-8) -> np.ndarray:
+    """Advantages shifted and scaled to mean 0 and std 1 over the batch (`--normalize-advantages`).
+    A batch whose advantages are all equal carries no preference between its actions: all 0."""
+    centred = advantages - advantages.mean(dtype=np.float64)
+    return (centred / (centred.std(dtype=np.float64) + eps)).astype(np.float32)
+
+
+def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """log pi(a) of each row's chosen action."""
+    return F.log_softmax(logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
 @dataclass
 class LossTerms:
     total: torch.Tensor
@@ -100,6 +113,8 @@ def a3c_loss(
     value_coef: float = 0.5,
     entropy_coef: float = 0.01,
     reduction: str = "sum",
+    old_log_probs: torch.Tensor | None = None,
+    ratio_clip: float = 0.1,
 ) -> LossTerms:
     """Universe's loss, summed over the batch rather than averaged (`reduction="sum"`).
 
@@ -110,11 +125,22 @@ def a3c_loss(
     since SB3's value loss has no 0.5 inside). Summing makes the gradient grow with the batch, so
     against a fixed clip norm a large batch is clipped hard and a large value error swamps the
     policy gradient; the mean keeps the clip threshold and lr meaningful for any batch size.
+
+    With `old_log_probs` (log pi_old(a) of the policy that first learned from the batch, for the
+    passes of `--epochs` after the first) the policy term is PPO's clipped surrogate,
+    -sum(min(r * adv, clip(r, 1 - ratio_clip, 1 + ratio_clip) * adv)) with r = pi(a) / pi_old(a):
+    once the policy has moved past the clip on a sample, that sample stops pushing it further.
+    Where pi = pi_old its gradient is the A3C term's, so a first pass could use either.
     """
     reduce = torch.sum if reduction == "sum" else torch.mean
     log_probs = F.log_softmax(logits, dim=-1)
-    chosen = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-    policy_loss = -reduce(chosen * advantages)
+    chosen = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)  # action_log_probs, sharing log_probs
+    if old_log_probs is None:
+        policy_loss = -reduce(chosen * advantages)
+    else:
+        ratio = torch.exp(chosen - old_log_probs)
+        clipped = torch.clamp(ratio, 1.0 - ratio_clip, 1.0 + ratio_clip)
+        policy_loss = -reduce(torch.minimum(ratio * advantages, clipped * advantages))
     value_loss = 0.5 * reduce((values - returns).pow(2))
     entropy = -reduce((log_probs.exp() * log_probs).sum(-1))
     total = policy_loss + value_coef * value_loss - entropy_coef * entropy

@@ -107,6 +107,16 @@ class Config:
     entropy_coef: float = _opt(0.01, "weight of the entropy bonus")
     value_coef: float = _opt(0.5, "weight of the value loss")
     max_grad_norm: float = _opt(40.0, "clip gradients to this global norm")
+    normalize_advantages: bool = _opt(False, "scale each update's advantages to mean 0 and std 1 over its batch (as "
+                                      "PPO, Sample Factory and rl_games do), so the policy term keeps one size "
+                                      "against the entropy and value terms whatever the rewards' scale", negatable=True)
+    epochs: int = _opt(1, "updates a worker makes from each rollout: 1 is A3C's one; each further pass pulls the "
+                       "shared weights again and learns from the same rollout with PPO's clipped policy term "
+                       "(--ratio-clip), so a frame teaches more at the cost of one more learn step; each pass is one "
+                       "optimizer update, as --lr-warmup-updates counts them", metavar="N")
+    ratio_clip: float = _opt(0.1, "with --epochs above 1: the passes after the first stop pushing a sample's action "
+                             "probability once it is this fraction away from where the first pass found it (PPO's "
+                             "clip range)", metavar="EPS")
     optimizer: str = _opt("adam", "adam: each worker its own Adam statistics (universe); shared-adam: one set in "
                           "shared memory; rmsprop, shared-rmsprop: the A3C paper's RMSprop (decay 0.99, epsilon 0.1), "
                           "per worker or shared", choices=["adam", "shared-adam", "rmsprop", "shared-rmsprop"])
@@ -190,7 +200,7 @@ PRESET_FIELDS = {
     "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "lr_warmup_updates", "lr_decay_steps",
     "entropy_coef", "value_coef", "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size",
     "encoder", "activation", "loss_reduction", "normalize_obs", "normalize_reward", "value_net", "clip_reward",
-    "life_loss", "fire_reset", "max_pool", "image_size", "frame_stack",
+    "life_loss", "fire_reset", "max_pool", "image_size", "frame_stack", "normalize_advantages", "epochs", "ratio_clip",
 }
 
 
@@ -436,6 +446,8 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(cfg.hidden_size >= 1, "hidden_size", "an integer >= 1", cfg.hidden_size)
     need(8 <= cfg.image_size <= 256, "image_size", "an integer from 8 to 256", cfg.image_size)
     need(1 <= cfg.frame_stack <= 16, "frame_stack", "an integer from 1 to 16", cfg.frame_stack)
+    need(1 <= cfg.epochs <= 16, "epochs", "an integer from 1 to 16", cfg.epochs)
+    need(0.0 < cfg.ratio_clip < 1.0, "ratio_clip", "a number between 0 and 1 (0.1-0.2 as PPO)", cfg.ratio_clip)
     # torchrun's SIGTERM reaches the trainer's whole process group, a forkserver too, whose death
     # kills every child before the node's stop vote can go out.
     need(cfg.start_method == "spawn" or "TORCHELASTIC_RUN_ID" not in os.environ, "start_method",

@@ -15,6 +15,8 @@ The hot loop, per rollout of T steps over K environments:
    fused over the sequence from the LSTM state saved at the rollout's start; one backward.
 5. Clip to the global norm and push through the link (on one machine: hand the gradients to the
    shared parameters and step this worker's optimizer); count the steps in this worker's own slot.
+   With `--epochs N`, steps 4-5 run N times on the same rollout, each after a fresh pull, the
+   later passes with PPO's clipped policy term against the first pass's probabilities.
 
 With `--normalize-obs` / `--normalize-reward` (the `vector` preset), the model carries running
 statistics as buffers (`model.RunningMoments`). Acting and replay use the local copy pulled at
@@ -42,7 +44,7 @@ import numpy as np
 import torch
 
 from .acting import make_actor
-from .algo import a3c_loss, rollout_targets
+from .algo import a3c_loss, action_log_probs, normalized_advantages, rollout_targets
 from .config import Config
 from .envs import EnvInfo, env_options, make_env
 from .model import State, build_model, sample_actions
@@ -84,6 +86,31 @@ class Rollout:
     @property
     def steps(self) -> int:
         return self.actions.size
+
+
+@dataclass
+class LearnBatch:
+    """A rollout as the learn step reads it: torch views of its arrays, flattened over [t, k]
+    where the loss wants them, and its returns and GAE advantages."""
+
+    obs: torch.Tensor  # [T, K, *obs_shape]
+    resets: torch.Tensor  # [T, K]
+    actions: torch.Tensor  # [T * K]
+    advantages: torch.Tensor  # [T * K]
+    returns: torch.Tensor  # [T * K]
+    size: int
+
+    @classmethod
+    def of(cls, rollout: Rollout, cfg: Config) -> LearnBatch:
+        returns, advantages = rollout_targets(
+            rollout.rewards, rollout.values, rollout.dones, rollout.done_values, rollout.last_values,
+            cfg.gamma, cfg.gae_lambda,
+        )
+        if cfg.normalize_advantages:
+            advantages = normalized_advantages(advantages)
+        return cls(torch.from_numpy(rollout.obs), torch.from_numpy(rollout.resets),
+                   torch.from_numpy(rollout.actions).flatten(), torch.from_numpy(advantages).flatten(),
+                   torch.from_numpy(returns).flatten(), returns.size)
 
 
 def _no_profiling(phase: str) -> None:
@@ -256,46 +283,54 @@ class Worker:
             np.clip(rollout.rewards, -local.return_norm.clip, local.return_norm.clip, out=rollout.rewards)
 
     def learn(self, rollout: Rollout, phase_done: Callable[[str], None] = _no_profiling) -> bool:
-        """One A3C update from `rollout`; False when it was skipped as non-finite.
-        `phase_done(name)` is called after each phase (`make profile-hot-loop` times them)."""
+        """The A3C update from `rollout` (with `--epochs N`, N updates); False when one was skipped
+        as non-finite, which also ends the passes. `phase_done(name)` is called after each phase
+        (`make profile-hot-loop` times them)."""
         cfg = self.cfg
-        returns, advantages = rollout_targets(
-            rollout.rewards, rollout.values, rollout.dones, rollout.done_values, rollout.last_values,
-            cfg.gamma, cfg.gae_lambda,
-        )
+        batch = LearnBatch.of(rollout, cfg)
         phase_done("targets")
-        obs = torch.from_numpy(rollout.obs)
-        logits, values = self.model.replay(obs, rollout.start_state, torch.from_numpy(rollout.resets),
-                                           self.encoder_context)
-        phase_done("replay forward")
-        loss = a3c_loss(
-            logits.flatten(0, 1),
-            values.flatten(),
-            torch.from_numpy(rollout.actions).flatten(),
-            torch.from_numpy(advantages).flatten(),
-            torch.from_numpy(returns).flatten(),
-            value_coef=cfg.value_coef,
-            entropy_coef=cfg.entropy_coef,
-            reduction=cfg.loss_reduction,
-        )
-        phase_done("loss")
-        # None, not zeros: the previous update's gradients must not add into this one's.
-        for p in self.params:
-            p.grad = None
-        loss.total.backward()
-        phase_done("backward")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
-        phase_done("clip")
-        if not (math.isfinite(grad_norm) and math.isfinite(loss.total.item())):
-            # Applying it would poison the shared weights for every worker.
-            self.link.count("skipped_updates")
-            return False
-        self.link.push(self.model)
-        phase_done("push (hand-off + optimizer)")
-        batch = returns.size if cfg.loss_reduction == "sum" else 1  # progress.csv shows per-sample losses
-        self.link.record_update(
-            loss.policy.item() / batch, loss.value.item() / batch, loss.entropy.item() / batch, grad_norm
-        )
+        first_log_probs = None
+        statistics = [buffer.clone() for buffer in self.model.buffers()] if cfg.epochs > 1 else []
+        for epoch in range(cfg.epochs):
+            pass_name = "" if epoch == 0 else f" (pass {epoch + 1})"  # each pass's phases timed apart
+            if epoch:
+                # Each pass is a Hogwild update of its own: its gradient is taken at the shared
+                # weights as they are now, the first pass's and the other workers' updates in them.
+                # The normalization statistics stay those the rollout was acted and replayed with.
+                self.link.pull(self.model)
+                for buffer, kept in zip(self.model.buffers(), statistics):
+                    buffer.copy_(kept)
+                phase_done("pull" + pass_name)
+            logits, values = self.model.replay(batch.obs, rollout.start_state, batch.resets, self.encoder_context)
+            phase_done("replay forward" + pass_name)
+            logits = logits.flatten(0, 1)
+            loss = a3c_loss(logits, values.flatten(), batch.actions, batch.advantages, batch.returns,
+                            value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, reduction=cfg.loss_reduction,
+                            old_log_probs=first_log_probs, ratio_clip=cfg.ratio_clip)
+            if epoch == 0 and cfg.epochs > 1:
+                # The ratios of the later passes are taken against the first pass's replay, not the
+                # acting forward: the same computation (bf16 encoder included), so r = 1 exactly
+                # where the weights have not moved.
+                first_log_probs = action_log_probs(logits.detach(), batch.actions)
+            phase_done("loss" + pass_name)
+            # None, not zeros: the previous update's gradients must not add into this one's.
+            for p in self.params:
+                p.grad = None
+            loss.total.backward()
+            phase_done("backward" + pass_name)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+            phase_done("clip" + pass_name)
+            if not (math.isfinite(grad_norm) and math.isfinite(loss.total.item())):
+                # Applying it would poison the shared weights for every worker.
+                self.link.count("skipped_updates")
+                return False
+            self.link.push(self.model)
+            phase_done("push (hand-off + optimizer)" + pass_name)
+            if epoch == 0:  # progress.csv's losses stay A3C's, whatever --epochs is
+                size = batch.size if cfg.loss_reduction == "sum" else 1  # per-sample losses
+                self.link.record_update(
+                    loss.policy.item() / size, loss.value.item() / size, loss.entropy.item() / size, grad_norm
+                )
         return True
 
     def close(self) -> None:
