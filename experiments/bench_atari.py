@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchlib import EXPERIMENTS, RUNS, header, load_config, markdown_table, results_dir, run_trainer
+from benchlib import EXPERIMENTS, RUNS, glue_flag_values, header, load_config, markdown_table, results_dir, run_trainer
 
 WINDOW = 100  # training episodes in the final mean, as the Atari literature reports
 FAILED = "bench-failed"  # marks a run the report leaves out
@@ -53,7 +53,7 @@ def main():
     parser.add_argument("--report-only", action="store_true", help="only rewrite the result files from finished runs")
     parser.add_argument("--out", default=None, help="results file stem (default: atari, or atari-variant with "
                                                      "--extra-flags)")
-    args = parser.parse_args()
+    args = parser.parse_args(glue_flag_values(sys.argv[1:]))
     unknown = [g for g in args.games if g not in config["games"]]
     if unknown:
         parser.error(f"GAMES: no random/human scores for {', '.join(unknown)}; known: {', '.join(config['games'])}")

@@ -29,7 +29,7 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from benchlib import RUNS, header, load_config, markdown_table, results_dir, run_trainer
+from benchlib import RUNS, glue_flag_values, header, load_config, markdown_table, results_dir, run_trainer
 from raw_env import SECONDS, WARMUP, raw_env_steps_per_s
 
 RAW_ENV_FILE = "raw_env.json"
@@ -49,7 +49,7 @@ def main():
                         help="only write the result files for these runs")
     parser.add_argument("--out", help="name of the result files under experiments/results/pong/ "
                                       "(default: pong, or pong-variant with --extra-flags)")
-    args = parser.parse_args()
+    args = parser.parse_args(glue_flag_values(sys.argv[1:]))
     if args.out is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", args.out):
         parser.error(f"--out {args.out!r}: a file name of letters, digits, '.', '_' or '-' "
                      "(it becomes NAME.md and NAME.png)")

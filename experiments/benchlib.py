@@ -16,6 +16,16 @@ RUNS = EXPERIMENTS / "runs"
 sys.path.insert(0, str(REPO))
 
 
+def glue_flag_values(argv: list[str], option: str = "--extra-flags") -> list[str]:
+    """argv with `OPTION VALUE` written `OPTION=VALUE`: argparse takes `--extra-flags "--epochs 2"` (a
+    space inside says it is a value) but reads `--extra-flags --normalize-advantages` as two options."""
+    glued: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        glued.append(arg if arg != option else f"{option}={next(args, '')}")
+    return glued
+
+
 def results_dir(benchmark: str) -> Path:
     """experiments/results/<benchmark>/, made if missing: each benchmark writes into its own folder."""
     path = RESULTS / benchmark

@@ -36,3 +36,17 @@ def test_an_arm_whose_seeds_ran_apart_is_compared_as_one(tmp_path, monkeypatch):
     assert rows == [{"game": "Qbert", "base": "200.0 (100 / 300)", "lever": "600.0 (500 / 700)",
                      "lever / base": "3.00"}]
     assert [arm["seeds_per_game"] for arm in summary] == ["2", "2"]
+
+
+def test_a_single_trainer_flag_is_taken_as_the_value_of_extra_flags():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--extra-flags", default="")
+    parser.add_argument("--steps", type=int)
+    for argv, expected in [(["--extra-flags", "--normalize-advantages", "--steps", "5"], "--normalize-advantages"),
+                           (["--extra-flags", "--epochs 2"], "--epochs 2"),
+                           (["--extra-flags=--no-clip-reward"], "--no-clip-reward")]:
+        assert parser.parse_args(benchlib.glue_flag_values(argv)).extra_flags == expected
+    assert parser.parse_args(benchlib.glue_flag_values(["--extra-flags", "--normalize-advantages",
+                                                        "--steps", "5"])).steps == 5
