@@ -29,8 +29,10 @@ Parts (`--part`):
 
 rl_games 1.6.5 (PPO on EnvPool 1.2.5) races in both with its own EnvPool configs
 (`peers/rl_games/train_rlg.py`, which lists what 2 cores and no GPU change), read from the line
-its launcher prints each epoch. `--peers` chooses which peers race (ours always does).
-Not built yet: PufferLib; the results files say so.
+its launcher prints each epoch. PufferLib 3.0.0 races in both with its own Atari config
+(`peers/pufferlib/train_puffer.py`, built from its source archive by `peers/pufferlib/build.py`
+since its pip install cannot work here), read from the games its launcher writes down.
+`--peers` chooses which peers race (`--no-ours` leaves ours out).
 """
 from __future__ import annotations
 
@@ -53,15 +55,14 @@ from benchlib import EXPERIMENTS, REPO, RUNS, header, markdown_table, write_date
 from raw_env import SECONDS, WARMUP, raw_env_steps_per_s
 
 PEERS = EXPERIMENTS / "peers"
-NOT_RACED = ("PufferLib: not built into the races yet (pufferlib 3.0.0's pip install fails here: "
-             "results/peers/2026-12-05-install.md)")
-PEER_NAMES = ("sample_factory", "rl_games")  # raced in pong and atari-30min
+PEER_NAMES = ("sample_factory", "rl_games", "pufferlib")  # raced in pong and atari-30min
 TARGET, LAST_EPISODES = 18.0, 20  # the race's finish: the mean of the last 20 training episodes reaches +18
 
 
 def peer_python(peer: str) -> str:
     """The peer's own interpreter, its virtual environment made and its requirements installed
-    first if missing (a stamp file records that the install finished)."""
+    first if missing, then its build.py run where it has one (a stamp file records that the
+    install finished)."""
     folder = PEERS / peer
     env_dir, stamp = folder / ".venv", folder / ".venv" / ".installed"
     python = env_dir / "bin" / "python"
@@ -69,6 +70,8 @@ def peer_python(peer: str) -> str:
         print(f"making {env_dir} from {folder / 'requirements.txt'}", flush=True)
         venv.create(env_dir, with_pip=True, clear=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", str(folder / "requirements.txt")], check=True)
+        if (folder / "build.py").exists():
+            subprocess.run([str(python), str(folder / "build.py")], check=True)
         stamp.touch()
     return str(python)
 
@@ -234,7 +237,7 @@ RLG_CHANGES = ("device cpu (its config leaves cuda:0), torch_compile off (no epo
 def not_raced(args) -> str:
     left_out = [name for name in PEER_NAMES if name not in args.peers]
     ours = [] if args.ours else ["ours: left out by --no-ours (its same-day rows are in this folder's other files)"]
-    return "; ".join([*ours, *(f"{name}: left out by --peers" for name in left_out), NOT_RACED])
+    return "; ".join([*ours, *(f"{name}: left out by --peers" for name in left_out)]) or "none"
 
 
 def rl_games_reading(log: Path, window: int) -> Reading:
@@ -255,6 +258,42 @@ def rl_games_race(config: str, out: Path, name: str, seed: int, window: int, sti
     command = [python, "-u", str(PEERS / "rl_games" / "train_rlg.py"), config, str(out / "rl-games"), name, str(seed),
                str(window), str(sticky)]
     return race(command, PEERS / "rl_games", log, budget_s, functools.partial(rl_games_reading, log, window), target)
+
+
+PUFFER_FRAMESKIP = 4  # its steps are frames (its Atari config plays at frameskip 1); ours act every 4
+PUFFER_CHANGES = ("device cpu (its config trains on cuda), 16 envs on 2 worker processes instead of its 128 on 16 "
+                  "(it refuses more workers than cores), its train batch 8,192 and minibatch 2,048 cut in the same "
+                  "proportion to 1,024 and 256 (as many minibatches an epoch as published; an epoch of 8,192 took "
+                  "minutes here), its vector's batch of half the envs kept (8 of 16)")
+PUFFER_GAMES = {"breakout": "breakout", "spaceinvaders": "space_invaders"}
+PUFFER_ABOUT = ("3.0.0 in experiments/peers/pufferlib/.venv, built from its source archive by build.py there (its "
+                "pip install cannot run here; requirements.txt: torch 2.13.0+cpu, numpy 1.26.4, gymnasium 0.29.1, "
+                "ale-py 0.9.0); its config/atari.ini with default.ini (PPO: the Nature CNN's three convs on "
+                "105x80 grey frames, one frame, then an LSTM of 512; Muon at lr 0.015, 1 epoch a batch, 64-step "
+                "BPTT, gamma 0.995, GAE 0.90, rewards clipped to [-1, 1] for learning, whole games) with: "
+                f"{PUFFER_CHANGES}; its agent steps are frames, shown here divided by {PUFFER_FRAMESKIP} as ours are")
+
+
+def pufferlib_reading(games_csv: Path, window: int) -> Reading:
+    """The mean of the last `window` whole games its launcher wrote down (None until it has that
+    many), and its frames so far as agent steps at frameskip 4."""
+    text = games_csv.read_text() if games_csv.exists() else ""
+    lines = text.split("\n")[1:-1]  # whole lines only: the last piece is empty or still being written
+    cells = [line.rstrip("\r").split(",") for line in lines]
+    if not cells:
+        return None, 0
+    returns = [float(value) for _, value in cells if value]
+    mean = statistics.mean(returns[-window:]) if len(returns) >= window else None
+    return mean, int(cells[-1][0]) // PUFFER_FRAMESKIP
+
+
+def pufferlib_race(game: str, out: Path, name: str, seed: int, window: int, sticky: float, budget_s: float,
+                   target: float | None) -> dict:
+    python = peer_python("pufferlib")
+    games_csv = out / f"pufferlib-{name}.csv"
+    command = [python, "-u", str(PEERS / "pufferlib" / "train_puffer.py"), game, str(games_csv), str(seed), str(sticky)]
+    return race(command, PEERS / "pufferlib", out / f"pufferlib-{name}.log", budget_s,
+                functools.partial(pufferlib_reading, games_csv, window), target)
 
 
 def pong_part(args) -> str:
@@ -289,6 +328,12 @@ def pong_part(args) -> str:
             rows.append({"trainer": "rl_games 1.6.5, PPO on EnvPool, its ppo_pong_envpool", "seed": seed, **result,
                          "our evaluator at +18": "-"})
             print(rows[-1], flush=True)
+        if "pufferlib" in args.peers:
+            result = pufferlib_race("pong", out, f"pong-s{seed}", seed, LAST_EPISODES, 0.0, args.budget_minutes * 60,
+                                    TARGET)
+            rows.append({"trainer": "PufferLib 3.0.0, its atari.ini (frameskip 1)", "seed": seed, **result,
+                         "our evaluator at +18": "-"})
+            print(rows[-1], flush=True)
     table = [{"trainer": row["trainer"], "seed": row["seed"],
               "minutes to +18": "not in budget" if row["seconds_to_target"] is None else
               f"{row['seconds_to_target'] / 60:.1f}",
@@ -315,6 +360,8 @@ def pong_part(args) -> str:
                     "configs/atari/ppo_pong_envpool.yaml (PPO: Nature CNN, EnvPool Pong-v5: 84x84 x 4 frames, no "
                     "sticky actions, rewards clipped for learning; 128-step horizon, 4 epochs, lr 3e-4 adaptive) "
                     f"with: {RLG_CHANGES}; games_to_track {LAST_EPISODES} (our window)",
+        "PufferLib": PUFFER_ABOUT + "; Pong with its frameskip 1 and no sticky actions, as published; the "
+                     f"finish is the same mean of its last {LAST_EPISODES} whole games",
         "peers raced": " ".join(args.peers),
         "run files": str(out.relative_to(REPO)),
     })
@@ -365,6 +412,12 @@ def atari_30_min_part(args) -> str:
                 rows.append({"game": game, "trainer": f"rl_games 1.6.5, PPO on EnvPool, its {RLG_CONFIGS[game]}",
                              "seed": seed, **result})
                 print(rows[-1], flush=True)
+            if "pufferlib" in args.peers:
+                result = pufferlib_race(PUFFER_GAMES[game], out, f"{game}-s{seed}", seed, WINDOW_30_MIN, 0.25, budget,
+                                        None)
+                rows.append({"game": game, "trainer": "PufferLib 3.0.0, its atari.ini (frameskip 1)", "seed": seed,
+                             **result})
+                print(rows[-1], flush=True)
     table = [{"game": row["game"], "trainer": row["trainer"], "seed": row["seed"],
               f"mean of last {WINDOW_30_MIN} training episodes": "-" if row["mean_last_at_stop"] is None else
               f"{row['mean_last_at_stop']:.1f}",
@@ -382,6 +435,7 @@ def atari_30_min_part(args) -> str:
         "rl_games": "1.6.5 with EnvPool 1.2.5 in experiments/peers/rl_games/.venv, its configs/atari "
                     "ppo_breakout_envpool.yaml and ppo_invaders_envpool.yaml (EnvPool <Game>-v5, episodic life, "
                     f"whole-game scores) with repeat_action_probability 0.25 and: {RLG_CHANGES}",
+        "PufferLib": PUFFER_ABOUT + "; its env's repeat_action_probability set to 0.25, its frameskip 1 kept",
         "peers raced": " ".join(args.peers),
         "run files": str(out.relative_to(REPO)),
     })

@@ -1,0 +1,35 @@
+"""The peers race reads each trainer's progress from the files it writes while it runs: a reading
+taken mid-write must neither crash the race nor count a game twice or half."""
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+import bench_peers  # noqa: E402 - experiments/ is a folder of scripts, not a package
+
+
+def test_pufferlib_games_are_read_whole_and_its_frames_become_agent_steps(tmp_path):
+    games = tmp_path / "pufferlib-pong-s0.csv"
+    returns = [float(-21 + n) for n in range(25)]
+    lines = ["frames,episode_return", "4096,"]  # a log with no finished game keeps the step count moving
+    lines += [f"{8192 + 1024 * n},{value}" for n, value in enumerate(returns)]
+    games.write_text("\n".join(lines) + "\n" + "40000,-1")  # the launcher is mid-way through its next row
+
+    mean, steps = bench_peers.pufferlib_reading(games, window=20)
+
+    assert mean == statistics.mean(returns[-20:])
+    assert steps == (8192 + 1024 * 24) // bench_peers.PUFFER_FRAMESKIP
+
+
+def test_pufferlib_has_no_mean_before_a_whole_window_of_games(tmp_path):
+    games = tmp_path / "games.csv"
+    assert bench_peers.pufferlib_reading(games, window=20) == (None, 0)  # not written yet
+    games.write_text("frames,episode_return\n" + "".join(f"{1000 * n},-21.0\n" for n in range(1, 20)))
+    assert bench_peers.pufferlib_reading(games, window=20) == (None, 19000 // 4)
+
+
+def test_rl_games_mean_counts_only_once_its_window_is_full(tmp_path):
+    log = tmp_path / "rl-games.log"
+    log.write_text("epoch 1\nRACE mean=-20.5 games=12 steps=8192\nfps 300\nRACE mean=-19.25 games=20 steps=16384\n")
+    assert bench_peers.rl_games_reading(log, window=20) == (-19.25, 16384)
+    assert bench_peers.rl_games_reading(log, window=100) == (None, 16384)
