@@ -292,7 +292,8 @@ def pufferlib_race(game: str, out: Path, name: str, seed: int, window: int, stic
     python = peer_python("pufferlib")
     games_csv = out / f"pufferlib-{name}.csv"
     command = [python, "-u", str(PEERS / "pufferlib" / "train_puffer.py"), game, str(games_csv), str(seed), str(sticky)]
-    return race(command, PEERS / "pufferlib", out / f"pufferlib-{name}.log", budget_s,
+    # run in the run's folder: it writes checkpoints and a resources folder where it starts
+    return race(command, out, out / f"pufferlib-{name}.log", budget_s,
                 functools.partial(pufferlib_reading, games_csv, window), target)
 
 
