@@ -266,6 +266,7 @@ PUFFER_CHANGES = ("device cpu (its config trains on cuda), 16 envs on 2 worker p
                   "proportion to 1,024 and 256 (as many minibatches an epoch as published; an epoch of 8,192 took "
                   "minutes here), its vector's batch of half the envs kept (8 of 16)")
 PUFFER_GAMES = {"breakout": "breakout", "spaceinvaders": "space_invaders"}
+PUFFER_TRAINER = "PufferLib 3.0.0, its atari.ini (frameskip 1)"
 PUFFER_ABOUT = ("3.0.0 in experiments/peers/pufferlib/.venv, built from its source archive by build.py there (its "
                 "pip install cannot run here; requirements.txt: torch 2.13.0+cpu, numpy 1.26.4, gymnasium 0.29.1, "
                 "ale-py 0.9.0); its config/atari.ini with default.ini (PPO: the Nature CNN's three convs on "
@@ -332,7 +333,7 @@ def pong_part(args) -> str:
         if "pufferlib" in args.peers:
             result = pufferlib_race("pong", out, f"pong-s{seed}", seed, LAST_EPISODES, 0.0, args.budget_minutes * 60,
                                     TARGET)
-            rows.append({"trainer": "PufferLib 3.0.0, its atari.ini (frameskip 1)", "seed": seed, **result,
+            rows.append({"trainer": PUFFER_TRAINER, "seed": seed, **result,
                          "our evaluator at +18": "-"})
             print(rows[-1], flush=True)
     table = [{"trainer": row["trainer"], "seed": row["seed"],
@@ -416,7 +417,7 @@ def atari_30_min_part(args) -> str:
             if "pufferlib" in args.peers:
                 result = pufferlib_race(PUFFER_GAMES[game], out, f"{game}-s{seed}", seed, WINDOW_30_MIN, 0.25, budget,
                                         None)
-                rows.append({"game": game, "trainer": "PufferLib 3.0.0, its atari.ini (frameskip 1)", "seed": seed,
+                rows.append({"game": game, "trainer": PUFFER_TRAINER, "seed": seed,
                              **result})
                 print(rows[-1], flush=True)
     table = [{"game": row["game"], "trainer": row["trainer"], "seed": row["seed"],
