@@ -452,8 +452,9 @@ def main():
     parser.add_argument("--games", nargs="+", choices=sorted(STICKY_GAMES), default=sorted(STICKY_GAMES),
                         help="atari-30min: the sticky-actions games")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="pong: seeds, each trainer once per seed")
-    parser.add_argument("--peers", nargs="+", choices=PEER_NAMES, default=list(PEER_NAMES),
-                        help="pong, atari-30min: the peers that race ours")
+    parser.add_argument("--peers", nargs="*", choices=PEER_NAMES, default=list(PEER_NAMES),
+                        help="pong, atari-30min: the peers that race ours (`--peers` alone: none, ours only, as "
+                             "when a seed of ours is added to a day's races)")
     parser.add_argument("--ours", action=argparse.BooleanOptionalAction, default=True,
                         help="pong, atari-30min: race ours too (--no-ours: only the peers, when ours already ran "
                              "that day on the same machine; the file says so)")
@@ -465,6 +466,8 @@ def main():
     args = parser.parse_args()
     if args.repeats < 1 or args.seconds <= 0 or args.warmup < 0 or args.budget_minutes <= 0:
         parser.error("--repeats must be at least 1, --seconds and --budget-minutes above 0 and --warmup at least 0")
+    if args.part != "raw-env" and not args.ours and not args.peers:
+        parser.error("--no-ours with no --peers leaves nothing to race: name a peer, or drop --no-ours")
     parts = {"raw-env": raw_env_part, "pong": pong_part, "atari-30min": atari_30_min_part}
     name = args.part if args.part != "atari-30min" else f"atari-{args.budget_minutes:g}min"
     write_dated_result("peers", name, parts[args.part](args))
