@@ -42,6 +42,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -129,7 +130,8 @@ def raw_env_part(args) -> str:
 
 def make_command() -> str:
     """How this run was asked for, for the results file's header."""
-    return "make bench-peers" + (f" ARGS='{' '.join(sys.argv[1:])}'" if sys.argv[1:] else "")
+    words = [f'"{word}"' if " " in word else word for word in sys.argv[1:]]  # double quotes: ARGS='...' holds them
+    return "make bench-peers" + (f" ARGS='{' '.join(words)}'" if words else "")
 
 
 # (the 20-episode mean or None, agent steps so far): what a trainer has reached, read from its own files
@@ -234,6 +236,10 @@ RLG_CHANGES = ("device cpu (its config leaves cuda:0), torch_compile off (no epo
                "epoch as published: one epoch of 64 x 128 steps took minutes here)")
 
 
+def ours_label(args) -> str:
+    return f"hogwild_a3c (ours), `{args.ours_flags}`" if args.ours_flags else "hogwild_a3c (ours), no flags"
+
+
 def not_raced(args) -> str:
     left_out = [name for name in PEER_NAMES if name not in args.peers]
     ours = [] if args.ours else ["ours: left out by --no-ours (its same-day rows are in this folder's other files)"]
@@ -308,10 +314,11 @@ def pong_part(args) -> str:
             run_dir = out / f"ours-s{seed}"
             command = [sys.executable, "-m", "hogwild_a3c.train", "--env", "ALE/Pong-v5", "--env-kwargs",
                        "repeat_action_probability=0.0", "--seed", str(seed),
-                       "--max-seconds", str(args.budget_minutes * 60 + 60), "--no-progress", "--run-dir", str(run_dir)]
+                       "--max-seconds", str(args.budget_minutes * 60 + 60), "--no-progress", "--run-dir", str(run_dir),
+                       *shlex.split(args.ours_flags)]
             result = race(command, REPO, out / f"ours-s{seed}.log", args.budget_minutes * 60,
                           functools.partial(ours_reading, run_dir))
-            rows.append({"trainer": "hogwild_a3c (ours), no flags", "seed": seed, **result,
+            rows.append({"trainer": ours_label(args), "seed": seed, **result,
                          "our evaluator at +18": ours_evaluator_figure(run_dir)})
             print(rows[-1], flush=True)
         if "sample_factory" in args.peers:
@@ -392,10 +399,11 @@ def atari_30_min_part(args) -> str:
             if args.ours:
                 run_dir = out / f"ours-{game}-s{seed}"
                 command = [sys.executable, "-m", "hogwild_a3c.train", "--env", ours_env, "--seed", str(seed),
-                           "--max-seconds", str(budget + 60), "--no-progress", "--run-dir", str(run_dir)]
+                           "--max-seconds", str(budget + 60), "--no-progress", "--run-dir", str(run_dir),
+                           *shlex.split(args.ours_flags)]
                 result = race(command, REPO, out / f"ours-{game}-s{seed}.log", budget,
                               functools.partial(ours_reading, run_dir, WINDOW_30_MIN), target=None)
-                rows.append({"game": game, "trainer": "hogwild_a3c (ours), no flags", "seed": seed, **result})
+                rows.append({"game": game, "trainer": ours_label(args), "seed": seed, **result})
                 print(rows[-1], flush=True)
             if "sample_factory" in args.peers:
                 log = out / f"sample-factory-{game}-s{seed}.log"
@@ -430,7 +438,8 @@ def atari_30_min_part(args) -> str:
         "measure": f"the mean return of the last {WINDOW_30_MIN} training episodes (whole games) when "
                    f"{args.budget_minutes:g} min of wall time from the command's start have passed, start-up "
                    "included ('-': fewer episodes than that); runs one at a time, interleaved",
-        "env": "sticky actions 0.25, frameskip 4: ours ALE/<Game>-v5 with no flags (the atari preset); Sample "
+        "env": "sticky actions 0.25, frameskip 4: ours ALE/<Game>-v5 with "
+               f"{'`' + args.ours_flags + '` on' if args.ours_flags else 'no flags,'} the atari preset; Sample "
                "Factory <Game>NoFrameskip-v4 with repeat_action_probability 0.25 and its example's wrappers",
         "Sample Factory": "2.1.1 in experiments/peers/sample_factory/.venv, its sf_examples.atari defaults with only "
                           f"`{' '.join(SF_FLAGS)}` and `--stats_avg {WINDOW_30_MIN}`",
@@ -458,6 +467,9 @@ def main():
     parser.add_argument("--ours", action=argparse.BooleanOptionalAction, default=True,
                         help="pong, atari-30min: race ours too (--no-ours: only the peers, when ours already ran "
                              "that day on the same machine; the file says so)")
+    parser.add_argument("--ours-flags", default="",
+                        help="pong, atari-30min: extra flags for ours, to race a peer's recipe in our trainer "
+                             "(named in the row; empty: the defaults)")
     parser.add_argument("--budget-minutes", type=float, default=30.0,
                         help="pong: the most a run may take; atari-30min: each run's length")
     parser.add_argument("--repeats", type=int, default=3)

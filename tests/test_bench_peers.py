@@ -33,3 +33,10 @@ def test_rl_games_mean_counts_only_once_its_window_is_full(tmp_path):
     log.write_text("epoch 1\nRACE mean=-20.5 games=12 steps=8192\nfps 300\nRACE mean=-19.25 games=20 steps=16384\n")
     assert bench_peers.rl_games_reading(log, window=20) == (-19.25, 16384)
     assert bench_peers.rl_games_reading(log, window=100) == (None, 16384)
+
+
+def test_the_result_file_names_a_race_of_our_flags_as_a_command_that_runs_again(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["bench_peers.py", "--part", "atari-30min", "--ours-flags",
+                                      "--image-size 84 --core mlp"])
+    assert bench_peers.make_command() == ("make bench-peers ARGS='--part atari-30min --ours-flags "
+                                          "\"--image-size 84 --core mlp\"'")
