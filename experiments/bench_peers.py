@@ -469,7 +469,8 @@ def main():
                              "that day on the same machine; the file says so)")
     parser.add_argument("--ours-flags", default="",
                         help="pong, atari-30min: extra flags for ours, to race a peer's recipe in our trainer "
-                             "(named in the row; empty: the defaults)")
+                             "(named in the row; empty: the defaults; a single flag with no value needs the = form, "
+                             "--ours-flags=--flag, or argparse reads it as an option of its own)")
     parser.add_argument("--budget-minutes", type=float, default=30.0,
                         help="pong: the most a run may take; atari-30min: each run's length")
     parser.add_argument("--repeats", type=int, default=3)
