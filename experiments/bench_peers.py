@@ -242,7 +242,8 @@ def ours_label(args) -> str:
 
 def not_raced(args) -> str:
     left_out = [name for name in PEER_NAMES if name not in args.peers]
-    ours = [] if args.ours else ["ours: left out by --no-ours (its same-day rows are in this folder's other files)"]
+    ours = [] if args.ours else ["ours: left out by --no-ours (its rows from this or an earlier day on this machine "
+                                 "are in this folder's other files)"]
     return "; ".join([*ours, *(f"{name}: left out by --peers" for name in left_out)]) or "none"
 
 
