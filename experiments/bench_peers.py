@@ -236,6 +236,13 @@ RLG_CHANGES = ("device cpu (its config leaves cuda:0), torch_compile off (no epo
                "epoch as published: one epoch of 64 x 128 steps took minutes here)")
 
 
+def ours_command(args, env_flags: list[str], seed: int, budget_s: float, run_dir: Path) -> list[str]:
+    """Ours with no flags but the env's, or with --ours-flags; its own budget a minute past the race's, so
+    that the race, not the trainer, decides when it stops."""
+    return [sys.executable, "-m", "hogwild_a3c.train", *env_flags, "--seed", str(seed), "--max-seconds",
+            str(budget_s + 60), "--no-progress", "--run-dir", str(run_dir), *shlex.split(args.ours_flags)]
+
+
 def ours_label(args) -> str:
     return f"hogwild_a3c (ours), `{args.ours_flags}`" if args.ours_flags else "hogwild_a3c (ours), no flags"
 
@@ -313,10 +320,8 @@ def pong_part(args) -> str:
     for seed in args.seeds:
         if args.ours:
             run_dir = out / f"ours-s{seed}"
-            command = [sys.executable, "-m", "hogwild_a3c.train", "--env", "ALE/Pong-v5", "--env-kwargs",
-                       "repeat_action_probability=0.0", "--seed", str(seed),
-                       "--max-seconds", str(args.budget_minutes * 60 + 60), "--no-progress", "--run-dir", str(run_dir),
-                       *shlex.split(args.ours_flags)]
+            command = ours_command(args, ["--env", "ALE/Pong-v5", "--env-kwargs", "repeat_action_probability=0.0"],
+                                   seed, args.budget_minutes * 60, run_dir)
             result = race(command, REPO, out / f"ours-s{seed}.log", args.budget_minutes * 60,
                           functools.partial(ours_reading, run_dir))
             rows.append({"trainer": ours_label(args), "seed": seed, **result,
@@ -399,9 +404,7 @@ def atari_30_min_part(args) -> str:
         for seed in args.seeds:
             if args.ours:
                 run_dir = out / f"ours-{game}-s{seed}"
-                command = [sys.executable, "-m", "hogwild_a3c.train", "--env", ours_env, "--seed", str(seed),
-                           "--max-seconds", str(budget + 60), "--no-progress", "--run-dir", str(run_dir),
-                           *shlex.split(args.ours_flags)]
+                command = ours_command(args, ["--env", ours_env], seed, budget, run_dir)
                 result = race(command, REPO, out / f"ours-{game}-s{seed}.log", budget,
                               functools.partial(ours_reading, run_dir, WINDOW_30_MIN), target=None)
                 rows.append({"game": game, "trainer": ours_label(args), "seed": seed, **result})
