@@ -243,6 +243,21 @@ def ours_command(args, env_flags: list[str], seed: int, budget_s: float, run_dir
             str(budget_s + 60), "--no-progress", "--run-dir", str(run_dir), *shlex.split(args.ours_flags)]
 
 
+def ours_flags_problem(ours_flags: str) -> str | None:
+    """Why our trainer would refuse these flags, or None: asked of its own parser before any race starts,
+    so that a typo costs a line, not a race of ours that dies at start-up among peers that run for 30 min."""
+    from hogwild_a3c.config import build_parser
+
+    parser = build_parser()
+    refusal = []
+    parser.error = lambda message: (refusal.append(message), sys.exit(2))  # its message, without usage or exit
+    try:
+        parser.parse_args(["--env", "ALE/Pong-v5", *shlex.split(ours_flags)])
+    except SystemExit:
+        return refusal[0] if refusal else "our trainer's parser refused them"
+    return None
+
+
 def ours_label(args) -> str:
     return f"hogwild_a3c (ours), `{args.ours_flags}`" if args.ours_flags else "hogwild_a3c (ours), no flags"
 
@@ -485,6 +500,9 @@ def main():
         parser.error("--repeats must be at least 1, --seconds and --budget-minutes above 0 and --warmup at least 0")
     if args.part != "raw-env" and not args.ours and not args.peers:
         parser.error("--no-ours with no --peers leaves nothing to race: name a peer, or drop --no-ours")
+    problem = ours_flags_problem(args.ours_flags)
+    if problem:
+        parser.error(f"--ours-flags: {problem}; see python -m hogwild_a3c.train --help")
     parts = {"raw-env": raw_env_part, "pong": pong_part, "atari-30min": atari_30_min_part}
     name = args.part if args.part != "atari-30min" else f"atari-{args.budget_minutes:g}min"
     write_dated_result("peers", name, parts[args.part](args))

@@ -40,3 +40,9 @@ def test_the_result_file_names_a_race_of_our_flags_as_a_command_that_runs_again(
                                       "--image-size 84 --core mlp"])
     assert bench_peers.make_command() == ("make bench-peers ARGS='--part atari-30min --ours-flags "
                                           "\"--image-size 84 --core mlp\"'")
+
+
+def test_flags_our_trainer_would_refuse_are_named_before_any_race_starts():
+    assert bench_peers.ours_flags_problem("--image-size 84 --frame-stack 4 --core mlp --epochs 2") is None
+    assert "--image-sise" in bench_peers.ours_flags_problem("--image-sise 84")
+    assert "invalid float value: 'abc'" in bench_peers.ours_flags_problem("--lr abc")
