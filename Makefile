@@ -4,7 +4,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # The CPU build of torch must go in before anything that depends on torch, or pip pulls a
-# multi-GB CUDA build; this exact pin is the one the CPU wheel on our machines satisfies.
+# multi-GB CUDA build; this exact pin is the one the CPU wheel on our machines satisfies. Where pip's
+# index would serve the CUDA build, TORCH_INDEX names PyTorch's CPU wheel index for this one install.
 TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
@@ -12,7 +13,8 @@ ARGS ?=
 .PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-minigrid bench-atari bench-pong bench-pong-compare bench-frames bench-precision bench-vector-env bench-act-graph bench-act-backend bench-peers profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# A venv left without pip (python3-venv missing when it was made) is made again, not kept broken.
+	$(PY) -m pip --version >/dev/null 2>&1 || $(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_PIN)"
 	$(PY) -m pip install -q -e '.[dev,onnx]'
 	touch $(STAMP)
