@@ -104,10 +104,24 @@ def test_every_encoder_exports_and_agrees_with_torch(env):
 
 @pytest.mark.parametrize("encoder, size", [("nature", 84), ("impala", 42)])
 def test_the_larger_frame_encoders_export_and_agree_with_torch(encoder, size):
+    # These encoders reach the LSTM through many more float32 roundings (IMPALA's: 15 convs), in an order that
+    # differs between oneDNN's kernels and ONNX Runtime's and with the CPU: on a Xeon with AMX the cell state
+    # (|c| ~2.3) differed by 1.0e-5. So each output is held to 1e-5 of its own size (at least 1e-5); a wrong
+    # export moves outputs by orders of magnitude more. The log-probabilities, which choose the actions, to 1e-5.
     torch.manual_seed(4)
     model = build_model((1, size, size), 6, Config(env="ALE/Pong-v5", lstm_size=24, encoder=encoder,
                                                    normalize_obs=True))
-    assert trial_difference(model, batch=5) <= 1e-5
+    generator = torch.Generator().manual_seed(0)
+    obs = torch.rand(5, *model.obs_shape, generator=generator)
+    state = (torch.randn(1, 5, 24, generator=generator), torch.randn(1, 5, 24, generator=generator))
+    with torch.no_grad():
+        expected = model.step(obs, state)
+    got = OnnxRuntimeActor(model).step(obs, state)
+    for name, want, have in (("logits", expected[0], got[0]), ("value", expected[1], got[1]),
+                             ("h", expected[2][0], got[2][0]), ("c", expected[2][1], got[2][1])):
+        assert float((want - have).abs().max()) <= 1e-5 * max(1.0, float(want.abs().max())), name
+    log_probs = torch.log_softmax(expected[0], -1), torch.log_softmax(got[0], -1)
+    assert float((log_probs[0] - log_probs[1]).abs().max()) <= 1e-5
 
 
 def test_the_evaluator_plays_the_same_episodes_through_either_backend():
