@@ -320,15 +320,21 @@ def resolve(requested: str, model: ActorCritic) -> tuple[str, str]:
     return name, f"acting in onnxruntime {onnxruntime.__version__} ({why})"
 
 
-def trial_difference(model: ActorCritic, batch: int = 3) -> float:
-    """The largest absolute difference between torch's step and ONNX Runtime's, on random inputs."""
+def trial_steps(model: ActorCritic, batch: int = 3) -> tuple[tuple[torch.Tensor, torch.Tensor, State],
+                                                               tuple[torch.Tensor, torch.Tensor, State]]:
+    """Torch's step and ONNX Runtime's on the same random inputs (a fixed seed)."""
     generator = torch.Generator().manual_seed(0)
     obs = torch.rand(batch, *model.obs_shape, generator=generator)
     state = (torch.randn(1, batch, model.lstm_size, generator=generator),
              torch.randn(1, batch, model.lstm_size, generator=generator))
     with torch.no_grad():
         expected = model.step(obs, state)
-    return step_difference(expected, OnnxRuntimeActor(model).step(obs, state))
+    return expected, OnnxRuntimeActor(model).step(obs, state)
+
+
+def trial_difference(model: ActorCritic, batch: int = 3) -> float:
+    """The largest absolute difference between torch's step and ONNX Runtime's, on random inputs."""
+    return step_difference(*trial_steps(model, batch))
 
 
 def step_difference(expected: tuple[torch.Tensor, torch.Tensor, State],

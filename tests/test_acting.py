@@ -8,7 +8,15 @@ import torch
 
 import tests.envs  # noqa: F401 - registers the test envs
 from hogwild_a3c import acting, train
-from hogwild_a3c.acting import OnnxRuntimeActor, TorchActor, make_actor, request_problem, resolve, trial_difference
+from hogwild_a3c.acting import (
+    OnnxRuntimeActor,
+    TorchActor,
+    make_actor,
+    request_problem,
+    resolve,
+    trial_difference,
+    trial_steps,
+)
 from hogwild_a3c.config import Config
 from hogwild_a3c.envs import describe_env, make_env
 from hogwild_a3c.evaluator import play_episodes
@@ -111,12 +119,7 @@ def test_the_larger_frame_encoders_export_and_agree_with_torch(encoder, size):
     torch.manual_seed(4)
     model = build_model((1, size, size), 6, Config(env="ALE/Pong-v5", lstm_size=24, encoder=encoder,
                                                    normalize_obs=True))
-    generator = torch.Generator().manual_seed(0)
-    obs = torch.rand(5, *model.obs_shape, generator=generator)
-    state = (torch.randn(1, 5, 24, generator=generator), torch.randn(1, 5, 24, generator=generator))
-    with torch.no_grad():
-        expected = model.step(obs, state)
-    got = OnnxRuntimeActor(model).step(obs, state)
+    expected, got = trial_steps(model, batch=5)
     for name, want, have in (("logits", expected[0], got[0]), ("value", expected[1], got[1]),
                              ("h", expected[2][0], got[2][0]), ("c", expected[2][1], got[2][1])):
         assert float((want - have).abs().max()) <= 1e-5 * max(1.0, float(want.abs().max())), name
