@@ -259,23 +259,26 @@ def report(root: Path, config: dict, name: str, args) -> None:
     figure.savefig(out / f"{name}.png", dpi=110)
     # The header must rerun these rows as they were run: the seeds and the file name too, or a
     # variant's command would write over the default table.
+    with_reference = any(r["agent"] != "hogwild_a3c" for r in rows)
     options = " ".join([*([f"--steps {args.steps}"] if args.steps != config["steps"] else []),
                         *([f'--extra-flags "{args.extra_flags}"'] if args.extra_flags else []),
                         *([f"--out {name}"] if args.out else []),
-                        *(["--no-reference"] if not any(r["agent"] != "hogwild_a3c" for r in rows) else [])])
+                        *([] if with_reference else ["--no-reference"])])
     games = " ".join(dict.fromkeys(r["game"] for r in rows))
     seeds = sorted({r["seed"] for r in rows})
     command = (f"make bench-atari GAMES=\"{games}\""
                + (f" SEEDS=\"{' '.join(map(str, seeds))}\"" if seeds != sorted(config["seeds"]) else "")
                + (f" ARGS='{options}'" if options else ""))
-    text = header("Atari beyond Pong, default flags, against SB3 PPO at equal wall time"
-                  if not args.extra_flags else f"Atari, variant: {args.extra_flags}", command, {
+    title = (f"Atari, variant: {args.extra_flags}" if args.extra_flags
+             else "Atari beyond Pong, default flags"
+             + (", against SB3 PPO at equal wall time" if with_reference else ""))
+    text = header(title, command, {
                       "games": "ALE/<Game>-v5: sticky actions 0.25, whole games, evaluation the same",
                       "trainer flags": f"--env ALE/<Game>-v5 --seed S {args.extra_flags}".strip()
                                        + f" (harness: --max-steps {args.steps} --no-progress --run-dir DIR)",
                       "reference": ("SB3 PPO with rl-zoo's Atari settings for our run's wall time "
                                     "(experiments/sb3_ppo_atari.py), run after ours on the same machine"
-                                    if any(r["agent"] != "hogwild_a3c" for r in rows) else "none (--no-reference)"),
+                                    if with_reference else "none (--no-reference)"),
                       "human_normalized": "(train_mean - random) / (human - random), DQN Nature paper's scores",
                       "anchors": "Dopamine's DQN, Rainbow and IQN at 10M frames (2.5M agent steps; these runs: "
                                  f"{statistics.median(r['steps'] for r in rows):,.0f} steps, the median), "
