@@ -164,6 +164,23 @@ def test_every_image_encoder_acts_and_replays_alike_and_every_weight_learns(enco
         assert param.grad is not None and torch.isfinite(param.grad).all() and param.grad.abs().sum() > 0, name
 
 
+@pytest.mark.parametrize("encoder, size", [("universe", 42), ("nature", 42), ("nature", 84), ("impala", 42),
+                                           ("impala", 84)])
+def test_every_image_encoder_starts_with_features_the_lstm_can_take(encoder, size):
+    """Frames reach the encoder normalized to unit variance. An encoder whose first features are
+    tens of units large saturates the LSTM's gates (the IMPALA encoder's orthogonal init did:
+    RMS 32, a dead LSTM within 80k steps); its gates must start mostly unsaturated."""
+    torch.manual_seed(0)
+    model = ActorCritic((1, size, size), 6, encoder=encoder)
+    frames = torch.randn(64, 1, size, size)
+    with torch.no_grad():
+        features = model.encoder(frames)
+        gates = torch.nn.functional.linear(features, model.lstm.weight_ih_l0,
+                                           model.lstm.bias_ih_l0 + model.lstm.bias_hh_l0)
+    assert 0.05 < features.square().mean().sqrt() < 2.0
+    assert (gates.abs() > 4).float().mean() < 0.01  # sigmoid' and tanh' below 0.02 there: no gradient through
+
+
 def test_the_impala_encoder_is_its_paper_written_out():
     """Three stacks of conv, max-pool and two residual blocks, computed here with torch's
     functions from the module's weights, in the paper's order."""
