@@ -183,7 +183,7 @@ def test_every_image_encoder_starts_with_features_the_lstm_can_take(encoder, siz
 
 def test_the_impala_encoder_is_its_paper_written_out():
     """Three stacks of conv, max-pool and two residual blocks, computed here with torch's
-    functions from the module's weights, in the paper's order."""
+    functions from the module's weights, in the paper's order, then our LayerNorm."""
     torch.manual_seed(2)
     encoder = ActorCritic((1, 42, 42), 6, lstm_size=8, encoder="impala").encoder
     convs = [m for m in encoder.modules() if isinstance(m, torch.nn.Conv2d)]
@@ -199,6 +199,7 @@ def test_the_impala_encoder_is_its_paper_written_out():
             inner = torch.nn.functional.conv2d(torch.relu(out), first.weight, first.bias, padding=1)
             out = out + torch.nn.functional.conv2d(torch.relu(inner), second.weight, second.bias, padding=1)
     expected = torch.relu(torch.nn.functional.linear(torch.relu(out).flatten(1), linear.weight, linear.bias))
+    expected = torch.nn.functional.layer_norm(expected, (256,))  # ours: keeps the LSTM's gates unsaturated
     torch.testing.assert_close(encoder(x), expected, rtol=1e-5, atol=1e-6)
 
 
