@@ -181,6 +181,21 @@ def test_every_image_encoder_starts_with_features_the_lstm_can_take(encoder, siz
     assert (gates.abs() > 4).float().mean() < 0.01  # sigmoid' and tanh' below 0.02 there: no gradient through
 
 
+def test_the_impala_encoder_bounds_what_reaches_the_lstm_however_its_stacks_grow():
+    """Training grew the residual stacks' gain until real frames gave features of RMS ~450 and the
+    LSTM died; here every conv's weights are tripled (a gain of ~3 per conv, stacked 15 deep)."""
+    torch.manual_seed(0)
+    model = ActorCritic((1, 42, 42), 6, encoder="impala")
+    with torch.no_grad():
+        for conv in (m for m in model.encoder.modules() if isinstance(m, torch.nn.Conv2d)):
+            conv.weight.mul_(3.0)
+        features = model.encoder(torch.randn(64, 1, 42, 42))
+        gates = torch.nn.functional.linear(features, model.lstm.weight_ih_l0,
+                                           model.lstm.bias_ih_l0 + model.lstm.bias_hh_l0)
+    assert features.square().mean().sqrt() < 2.0
+    assert (gates.abs() > 4).float().mean() < 0.01
+
+
 def test_the_impala_encoder_is_its_paper_written_out():
     """Three stacks of conv, max-pool and two residual blocks, computed here with torch's
     functions from the module's weights, in the paper's order, then our LayerNorm."""
