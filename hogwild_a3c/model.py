@@ -39,6 +39,13 @@ def _normalized_columns_(weight: torch.Tensor, std: float) -> None:
     weight.mul_(std / weight.norm(dim=1, keepdim=True))
 
 
+def _glorot_linear(in_features: int, out_features: int) -> nn.Linear:
+    linear = nn.Linear(in_features, out_features)
+    _glorot_uniform_(linear.weight, in_features, out_features)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
 def _glorot_conv(in_channels: int, out_channels: int, stride: int) -> nn.Conv2d:
     conv = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1)
     _glorot_uniform_(conv.weight, in_channels * 9, out_channels * 9)
@@ -134,10 +141,8 @@ class ImpalaEncoder(nn.Sequential):
             layers += [_glorot_conv(in_channels, filters, 1), nn.MaxPool2d(3, stride=2, padding=1),
                        _ResidualBlock(filters), _ResidualBlock(filters)]
             height, width = (height + 1) // 2, (width + 1) // 2
-        linear = nn.Linear(32 * height * width, 256)
-        _glorot_uniform_(linear.weight, linear.in_features, linear.out_features)
-        nn.init.zeros_(linear.bias)
-        super().__init__(*layers, nn.ReLU(), nn.Flatten(), linear, nn.ReLU(), nn.LayerNorm(256))
+        super().__init__(*layers, nn.ReLU(), nn.Flatten(), _glorot_linear(32 * height * width, 256), nn.ReLU(),
+                         nn.LayerNorm(256))
         self.out_features = 256
 
 
@@ -165,10 +170,8 @@ class MlpEncoder(nn.Sequential):
     def __init__(self, in_features: int, hidden: int = 128, activation: str = "elu"):
         layers: list[nn.Module] = []
         for i in range(2):
-            linear = nn.Linear(in_features if i == 0 else hidden, hidden)
-            _glorot_uniform_(linear.weight, linear.in_features, linear.out_features)
-            nn.init.zeros_(linear.bias)
-            layers += [linear, nn.ELU() if activation == "elu" else nn.Tanh()]
+            layers += [_glorot_linear(in_features if i == 0 else hidden, hidden),
+                       nn.ELU() if activation == "elu" else nn.Tanh()]
         super().__init__(*layers)
         self.out_features = hidden
         self._act = F.elu if activation == "elu" else torch.tanh
