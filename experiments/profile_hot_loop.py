@@ -9,6 +9,7 @@ Measure on a quiet machine: other processes inflate every phase. Prints; writes 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 
@@ -29,10 +30,12 @@ def main():
     import torch
 
     torch.set_num_threads(1)
+    from hogwild_a3c.acting import resolve as resolve_acting
     from hogwild_a3c.config import Config
     from hogwild_a3c.envs import describe_env, parse_env_kwargs, register_atari
     from hogwild_a3c.model import build_model
     from hogwild_a3c.optim import LrSchedule
+    from hogwild_a3c.precision import resolve as resolve_precision
     from hogwild_a3c.reports import InProcessReports
     from hogwild_a3c.shared import HogwildLink, SharedState
     from hogwild_a3c.worker import Worker
@@ -45,7 +48,14 @@ def main():
     cfg = Config(**{**preset, "env": config["env"], "env_kwargs": parse_env_kwargs(config["env_kwargs"]),
                     "envs_per_worker": args.envs_per_worker or preset.get("envs_per_worker", 1)})
     info = describe_env(cfg.env, cfg.env_kwargs)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, "adam", LrSchedule(cfg.lr))
+    model = build_model(info.obs_shape, info.num_actions, cfg)
+    # As a run's main process does: the worker gets the backend and precision this machine resolved,
+    # not "auto", which the learn step would read as float32.
+    act_backend, acting_line = resolve_acting(cfg.act_backend, model)
+    learn_precision, precision_line = resolve_precision(cfg.learn_precision, model)
+    cfg = dataclasses.replace(cfg, act_backend=act_backend, learn_precision=learn_precision)
+    print(acting_line, precision_line, sep="\n")
+    shared = SharedState.create(model, 1, "adam", LrSchedule(cfg.lr))
     reports = InProcessReports()
     worker = Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=0)
 
