@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from hogwild_a3c.model import ActorCritic
+from hogwild_a3c.model import ActorCritic, ConvEncoder, GridEncoder
 
 
 def steps_agree_with_replay(model, obs):
@@ -221,3 +221,21 @@ def test_the_impala_encoder_is_its_paper_written_out():
 def test_the_nature_encoder_refuses_images_too_small_for_its_kernels():
     with pytest.raises(ValueError, match="at least 36x36"):
         ActorCritic((1, 30, 30), 6, encoder="nature")
+
+
+@pytest.mark.parametrize("encoder", [ConvEncoder(1, 42), GridEncoder(3, 7, 7)], ids=["universe", "grid"])
+def test_the_in_place_elus_give_the_gradients_of_plain_ones(encoder):
+    # The reference: the same convs with out-of-place ELUs, whose backward reads the input.
+    assert all(m.inplace for m in encoder if isinstance(m, torch.nn.ELU))
+    frames = torch.randn(5, *((1, 42, 42) if isinstance(encoder, ConvEncoder) else (3, 7, 7)),
+                         generator=torch.Generator().manual_seed(0))
+    encoder(frames).square().sum().backward()
+    in_place = [p.grad.clone() for p in encoder.parameters()]
+    encoder.zero_grad()
+    x = frames
+    for conv in (m for m in encoder if isinstance(m, torch.nn.Conv2d)):
+        x = torch.nn.functional.elu(conv(x))
+    x.flatten(1).square().sum().backward()
+    for got, expected in zip(in_place, (p.grad for p in encoder.parameters())):
+        # float32's rounding apart: exp(x) = y + 1 is rounded once more than exp(x)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6 * float(expected.abs().max()))

@@ -157,6 +157,18 @@ def test_running_moments_merge_equals_the_whole_stream():
     assert float(norm.count) == 1000 and torch.isfinite(norm.mean).all()
 
 
+def test_running_moments_of_float32_frames_are_their_float64_moments_without_the_broken_rows():
+    frames = np.random.default_rng(1).random((80, 1, 6, 6)).astype(np.float32)
+    broken = frames.copy()
+    broken[5, 0, 2, 3], broken[9, 0, 0, 0] = np.nan, np.inf
+    norm = RunningMoments((1, 6, 6))
+    norm.merge_(broken)
+    kept = np.delete(frames, [5, 9], axis=0).astype(np.float64)
+    assert float(norm.count) == 78
+    np.testing.assert_allclose(norm.mean.numpy(), kept.mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(norm.var.numpy(), kept.var(axis=0), rtol=1e-6)
+
+
 def test_mlp_core_acts_and_replays_alike_and_has_no_lstm():
     torch.manual_seed(0)
     model = ActorCritic((3,), 2, core="mlp", hidden_size=16, activation="tanh", normalize_obs=True)
