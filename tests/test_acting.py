@@ -223,3 +223,34 @@ def test_every_parameter_reaches_the_optimized_graph_on_its_own():
         with torch.no_grad():
             param.sub_(0.2)
         actor.refresh()
+
+
+def test_elu_as_onnx_runtime_runs_it_is_torchs_elu():
+    """The step graph's ELUs are rewritten as max(x, exp(min(x, 0)) - 1) for ONNX Runtime's vector
+    kernels: the same numbers as torch's ELU, from -inf to inf; an ELU of another alpha, for which
+    the identity does not hold, is left as it is."""
+    import onnxruntime
+    from onnx import TensorProto, helper
+
+    values = helper.make_tensor_value_info
+    graph = helper.make_model(
+        helper.make_graph([helper.make_node("Elu", ["x"], ["y"], alpha=1.0),
+                           helper.make_node("Elu", ["y"], ["z"], alpha=2.0)], "elus",
+                          [values("x", TensorProto.FLOAT, [None])], [values("z", TensorProto.FLOAT, [None])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    acting.elu_from_exp(graph)
+    assert [node.op_type for node in graph.graph.node] == ["Min", "Exp", "Sub", "Max", "Elu"]
+    x = np.concatenate([np.linspace(-100, 100, 200_001), [0.0, -0.0, 1e-30, -1e-30, -1e-7, 88.0, 1e30, -1e30,
+                                                         np.inf, -np.inf]]).astype(np.float32)
+    session = onnxruntime.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x})[0]
+    expected = torch.nn.functional.elu(torch.nn.functional.elu(torch.from_numpy(x)), alpha=2.0).numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=2e-7)
+
+
+def test_the_step_graph_of_every_elu_encoder_has_no_elu_left():
+    for env in ("tests.envs:Image-v0", "tests.envs:CueImage-v0", "CartPole-v1"):  # conv, small grid, MLP
+        cfg = Config(env=env, lstm_size=16)
+        info = describe_env(cfg.env, cfg.env_kwargs)
+        graph = acting.export_step_graph(build_model(info.obs_shape, info.num_actions, cfg, info.layout))
+        assert "Elu" not in {node.op_type for node in graph.graph.node}, env
