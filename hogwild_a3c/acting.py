@@ -206,6 +206,54 @@ def _optimized(graph: Any) -> Any:
         return onnx.load(options.optimized_model_filepath)
 
 
+_LAYOUT_FREE_OPS = {"Min", "Exp", "Sub", "Max"}  # what elu_from_exp writes: each value on its own
+
+
+def _elementwise_in_blocked_layout(graph: Any) -> None:
+    """Drop, in an optimized graph, each pair of reorders that takes a conv's output out of ONNX
+    Runtime's blocked (NCHWc) layout only to feed ops that compute every value on its own (an ELU
+    written by `elu_from_exp`) and then puts the result back into it for the next conv. Such ops
+    give the same values in any memory order, so they can work on the blocked tensor itself.
+    Why: the optimizer keeps in the blocked layout only the ops it knows (Relu, Add, ...); for
+    the atari model the six reorders it adds around three ELUs took ~90 us of a 0.69 ms forward
+    at batch 8 (Xeon). In place."""
+    nodes = list(graph.graph.node)
+    producer = {name: node for node in nodes for name in node.output}
+    consumers: dict[str, list[Any]] = {}
+    for node in nodes:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    scalars = {init.name for init in graph.graph.initializer if not init.dims}
+    dropped: list[Any] = []
+    for reorder_in in (node for node in nodes if node.op_type == "ReorderInput"):
+        region, sources, pending = [], set(), [reorder_in.input[0]]
+        while pending:  # walk back from the ReorderInput through layout-free ops to where they start
+            name = pending.pop()
+            node = producer.get(name)
+            if node is None or node.op_type not in _LAYOUT_FREE_OPS:
+                sources.add(name)
+            elif node not in region:
+                region.append(node)
+                pending += [value for value in node.input if value not in scalars]
+        reorder_out = producer.get(next(iter(sources))) if len(sources) == 1 else None
+        if not region or reorder_out is None or reorder_out.op_type != "ReorderOutput":
+            continue
+        inside = {name for node in region for name in node.output} | set(sources)
+        readers_ok = all(reader in region or reader is reorder_in
+                         for name in inside for reader in consumers.get(name, []))
+        if not readers_ok or any(name in {out.name for out in graph.graph.output} for name in inside):
+            continue  # a value of the region is also read elsewhere, in the plain layout
+        blocked, plain = reorder_out.input[0], reorder_out.output[0]
+        for node in region:
+            node.input[:] = [blocked if name == plain else name for name in node.input]
+        for reader in consumers.get(reorder_in.output[0], []):
+            reader.input[:] = [reorder_in.input[0] if name == reorder_in.output[0] else name for name in reader.input]
+        dropped += [reorder_out, reorder_in]
+    kept = [node for node in nodes if all(node is not gone for gone in dropped)]
+    del graph.graph.node[:]
+    graph.graph.node.extend(kept)
+
+
 class PreparedStep:
     """The step graph optimized once for this CPU, with every initializer that holds weights (as
     given or rearranged: the convs' reordered filters) turned into a graph input, and for each such
@@ -261,6 +309,7 @@ class PreparedStep:
             self.gathers[name] = (slice(int(index[0]), int(index[0]) + index.size) if np.array_equal(index, runs)
                                   else index, a.shape)
         _initializers_to_inputs(optimized[0], set(self.gathers))
+        _elementwise_in_blocked_layout(optimized[0])
         self.graph_bytes = optimized[0].SerializeToString()
         self.statistics = list(_statistics(model).items())
 

@@ -254,3 +254,35 @@ def test_the_step_graph_of_every_elu_encoder_has_no_elu_left():
         info = describe_env(cfg.env, cfg.env_kwargs)
         graph = acting.export_step_graph(build_model(info.obs_shape, info.num_actions, cfg, info.layout))
         assert "Elu" not in {node.op_type for node in graph.graph.node}, env
+
+
+@pytest.mark.parametrize("plain_also_read", [False, True])
+def test_elus_between_convs_work_in_the_blocked_layout_with_the_same_values(plain_also_read):
+    """Conv -> ELU -> conv, optimized for this CPU: the reorders around the ELU are dropped, and
+    the values are those of the graph as exported; where the conv's plain output is also read
+    elsewhere (here: a graph output), the reorders stay."""
+    import onnxruntime
+    from onnx import helper, numpy_helper
+
+    values = helper.make_tensor_value_info
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.normal(0, 0.3, (32, c, 3, 3)).astype(np.float32), f"w{i}")
+               for i, c in enumerate((3, 32))]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Elu", ["a"], ["b"], alpha=1.0),
+             helper.make_node("Conv", ["b", "w1"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])]
+    outputs = [values("y", 1, None)] + ([values("a", 1, None)] if plain_also_read else [])
+    exported = helper.make_model(helper.make_graph(nodes, "convs", [values("x", 1, [None, 3, 21, 21])], outputs,
+                                                   weights), opset_imports=[helper.make_opsetid("", 17)])
+    x = {"x": rng.normal(0, 1, (4, 3, 21, 21)).astype(np.float32)}
+    expected = onnxruntime.InferenceSession(exported.SerializeToString(), acting._session_options("ORT_DISABLE_ALL"),
+                                            providers=["CPUExecutionProvider"]).run(None, x)
+    acting.elu_from_exp(exported)
+    graph = acting._optimized(exported)
+    acting._elementwise_in_blocked_layout(graph)
+    reorders = [node.op_type for node in graph.graph.node if node.op_type.startswith("Reorder")]
+    assert (reorders.count("ReorderOutput"), reorders.count("ReorderInput")) == ((2, 1) if plain_also_read else (1, 0))
+    got = onnxruntime.InferenceSession(graph.SerializeToString(), acting._session_options("ORT_DISABLE_ALL"),
+                                       providers=["CPUExecutionProvider"]).run(None, x)
+    for want, have in zip(expected, got):
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5)
