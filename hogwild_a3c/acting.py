@@ -224,6 +224,7 @@ def _elementwise_in_blocked_layout(graph: Any) -> None:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
     scalars = {init.name for init in graph.graph.initializer if not init.dims}
+    graph_outputs = {out.name for out in graph.graph.output}
     dropped: list[Any] = []
     for reorder_in in (node for node in nodes if node.op_type == "ReorderInput"):
         region, sources, pending = [], set(), [reorder_in.input[0]]
@@ -241,7 +242,7 @@ def _elementwise_in_blocked_layout(graph: Any) -> None:
         inside = {name for node in region for name in node.output} | set(sources)
         readers_ok = all(reader in region or reader is reorder_in
                          for name in inside for reader in consumers.get(name, []))
-        if not readers_ok or any(name in {out.name for out in graph.graph.output} for name in inside):
+        if not readers_ok or inside & graph_outputs:
             continue  # a value of the region is also read elsewhere, in the plain layout
         blocked, plain = reorder_out.input[0], reorder_out.output[0]
         for node in region:
