@@ -6,7 +6,10 @@ collects --rollouts rollouts of real frames. Then, rollout by rollout and rotati
 first, the worker's own `learn` (replay forward, loss, backward, clip, Adam) runs once in each
 precision: float32; the encoder in bf16 (what `--learn-precision bf16` does: autocast around the
 encoder only, the LSTM, heads, loss, gradients and Adam in float32); and the whole learn step
-under `torch.autocast("cpu", torch.bfloat16)` (the LSTM and heads' matmuls too). The acting
+under `torch.autocast("cpu", torch.bfloat16)` (the LSTM and heads' matmuls too). Where the worker
+acts through ONNX Runtime, which keeps the encoder's activations, the first two run twice: with
+the encoder replayed, and with its gradient taken from the kept activations (`encoder_grad`, what
+a run does). The acting
 forward (`model.step` on the preset's batch of envs) is timed in float32 and under whole autocast.
 Medians of the per-rollout times and of their ratio (float32 / other: above 1 means faster).
 
@@ -18,6 +21,7 @@ what a harmless difference looks like. Writes experiments/results/precision/<dat
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import time
 
@@ -29,24 +33,35 @@ def main():
     cfg, worker, reports = pong_worker(args.preset)
     import torch
 
-    from hogwild_a3c.precision import encoder_context
+    from hogwild_a3c.precision import encoder_context, learn_dtype
 
     def bf16():
         return torch.autocast("cpu", dtype=torch.bfloat16)
 
-    # name -> (what the whole learn step runs under, the worker's encoder precision)
-    precisions = {"float32": (contextlib.nullcontext, "float32"), "bf16 encoder": (contextlib.nullcontext, "bf16"),
-                  "bf16 whole step": (bf16, "float32")}
+    # name -> (what the whole learn step runs under, the worker's encoder precision, from kept activations)
+    precisions = {"float32": (contextlib.nullcontext, "float32", False),
+                  "bf16 encoder": (contextlib.nullcontext, "bf16", False),
+                  "bf16 whole step": (bf16, "float32", False)}
+    if worker.actor.keeps_activations:
+        precisions.update({"float32, kept activations": (contextlib.nullcontext, "float32", True),
+                           "bf16 encoder, kept activations": (contextlib.nullcontext, "bf16", True)})
     learn_ms: dict[str, list[float]] = {name: [] for name in precisions}
     act_ms: dict[str, list[float]] = {name: [] for name in ("float32", "bf16 whole step")}
-    agreement: dict[str, list[tuple[float, float]]] = {"bf16 encoder vs float32": [], "bf16 whole step vs float32": [],
-                                                       "float32, weights moved 1e-3": []}
+    compared = [name for name in precisions if name != "float32"]
+    agreement: dict[str, list[tuple[float, float]]] = {f"{name} vs float32": [] for name in compared}
+    agreement["float32, weights moved 1e-3"] = []
 
     class GradientTaken(Exception):
         """Raised after learn's backward, so that its Adam step does not move the shared weights."""
 
-    def gradient_of(rollout, precision: str) -> torch.Tensor:
-        context, worker.encoder_context = precisions[precision][0], encoder_context(precisions[precision][1])
+    def arm(rollout, name: str):
+        """The context to learn under, and the rollout as the arm's learn step sees it."""
+        context, precision, kept = precisions[name]
+        worker.encoder_context, worker.learn_dtype = encoder_context(precision), learn_dtype(precision)
+        return context, rollout if kept else dataclasses.replace(rollout, kept=[])
+
+    def gradient_of(rollout, name: str) -> torch.Tensor:
+        context, seen = arm(rollout, name)
         grads = []
 
         def grab(phase: str) -> None:
@@ -54,7 +69,7 @@ def main():
                 grads.append(torch.cat([p.grad.flatten() for p in worker.params]))
                 raise GradientTaken
         with context(), contextlib.suppress(GradientTaken):
-            worker.learn(rollout, phase_done=grab)
+            worker.learn(seen, phase_done=grab)
         return grads[0]
 
     def compare(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
@@ -70,10 +85,10 @@ def main():
             continue
         names = list(precisions)
         for name in names[index % len(names):] + names[:index % len(names)]:
-            context, worker.encoder_context = precisions[name][0], encoder_context(precisions[name][1])
+            context, seen = arm(rollout, name)
             with context():
                 start = time.perf_counter()
-                worker.learn(rollout)
+                worker.learn(seen)
                 learn = time.perf_counter() - start
                 start = time.perf_counter()
                 with torch.no_grad():
@@ -86,9 +101,9 @@ def main():
                     act_ms[name].append(act * 1e3)
         reports.read()
         if index >= 5 and index % 3 == 0:
-            worker.link.pull(worker.model)
+            # At the weights the rollout was acted with (no pull: the kept activations are theirs).
             reference = gradient_of(rollout, "float32")
-            for name in ("bf16 encoder", "bf16 whole step"):
+            for name in compared:
                 agreement[f"{name} vs float32"].append(compare(reference, gradient_of(rollout, name)))
             with torch.no_grad():
                 for p in worker.model.parameters():

@@ -27,11 +27,13 @@ import io
 import os
 import tempfile
 import warnings
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
+from .encoder_grad import conv_elu_chain
 from .model import ActorCritic, State, has_conv_encoder
 
 BACKENDS = ("auto", "torch", "onnxruntime")
@@ -39,24 +41,33 @@ BACKENDS = ("auto", "torch", "onnxruntime")
 
 class Actor(Protocol):
     name: str
+    keeps_activations: bool  # whether `step` writes the encoder's ELU outputs where it is told
+    activation_shapes: list[tuple[int, ...]]  # of each, for one frame; empty when none are kept
+    activations_nhwc: list[bool]  # whether each is written channels-last (NHWC) rather than NCHW
 
     def refresh(self) -> None:
         """Take the model's current weights (after a pull); until the next call, `step` uses them."""
 
-    def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
-        """What `ActorCritic.step` returns, for the weights of the last `refresh`."""
+    def step(self, obs: torch.Tensor, state: State, into: Sequence[np.ndarray] = ()
+             ) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """What `ActorCritic.step` returns, for the weights of the last `refresh`; an actor that
+        keeps activations writes them into `into` when given (arrays [B, *activation_shapes[i]])."""
 
 
 class TorchActor:
     name = "torch"
+    keeps_activations = False
 
     def __init__(self, model: ActorCritic):
         self.model = model
+        self.activation_shapes: list[tuple[int, ...]] = []
+        self.activations_nhwc: list[bool] = []
 
     def refresh(self) -> None:
         pass  # the model is the weights
 
-    def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
+    def step(self, obs: torch.Tensor, state: State, into: Sequence[np.ndarray] = ()
+             ) -> tuple[torch.Tensor, torch.Tensor, State]:
         return self.model.step(obs, state)
 
 
@@ -74,15 +85,30 @@ def unsupported_by_onnx(model: ActorCritic) -> str | None:
 
 
 class _StepGraph(torch.nn.Module):
-    """`ActorCritic.step` with the state as two tensors, which is what the exporter traces."""
+    """`ActorCritic.step` with the state as two tensors, which is what the exporter traces; with
+    `keep_activations`, each encoder ELU's output as well (`activation0`, ...)."""
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, keep_activations: bool = False):
         super().__init__()
         self.model = model
+        self.elus = [module for module in model.encoder.children() if isinstance(module, torch.nn.ELU)] \
+            if keep_activations else []
 
     def forward(self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        logits, value, (h_next, c_next) = self.model.step(obs, (h, c))
-        return logits, value, h_next, c_next
+        kept: list[torch.Tensor] = []
+        hooks = [elu.register_forward_hook(lambda _module, _input, output: kept.append(output)) for elu in self.elus]
+        try:
+            logits, value, (h_next, c_next) = self.model.step(obs, (h, c))
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return (logits, value, h_next, c_next, *kept)
+
+
+def activation_names(model: ActorCritic) -> list[str]:
+    """The step graph's outputs that keep the encoder's ELU outputs, for a conv + ELU encoder."""
+    convs = conv_elu_chain(model.encoder)
+    return [] if convs is None else [f"activation{i}" for i in range(len(convs))]
 
 
 def _weights_feeding(model: ActorCritic) -> dict[str, torch.Tensor]:
@@ -101,12 +127,12 @@ def _statistics(model: ActorCritic) -> dict[str, torch.Tensor]:
     return {"obs_norm.mean": model.obs_norm.mean, "obs_norm.var": model.obs_norm.var}
 
 
-def export_step_graph(model: ActorCritic) -> Any:
+def export_step_graph(model: ActorCritic, keep_activations: bool = False) -> Any:
     """The acting step as an ONNX ModelProto with a dynamic batch: inputs obs, h, c and the
     observation statistics (by state-dict name), the parameters as initializers named as the
-    state dict. Exported from a copy whose weights are all distinct random numbers: the exporter
-    merges initializers of equal contents (the zero biases of a fresh model), and a merged one
-    could not be told apart by name."""
+    state dict; with `keep_activations`, outputs `activation_names(model)` too. Exported from a copy
+    whose weights are all distinct random numbers: the exporter merges initializers of equal
+    contents (the zero biases of a fresh model), and a merged one could not be told apart by name."""
     import onnx
 
     twin = copy.deepcopy(model).to(memory_format=torch.contiguous_format)  # type: ignore[call-overload]
@@ -116,15 +142,17 @@ def export_step_graph(model: ActorCritic) -> Any:
     batch = 2
     example = (torch.zeros(batch, *model.obs_shape), torch.zeros(1, batch, model.lstm_size),
                torch.zeros(1, batch, model.lstm_size))
+    kept = activation_names(model) if keep_activations else []
     buffer = io.BytesIO()
     with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice, once per process
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            _StepGraph(twin), example, buffer,  # type: ignore[arg-type]  # a file object is taken too
+            _StepGraph(twin, keep_activations), example, buffer,  # type: ignore[arg-type]  # a file object is taken too
             input_names=["obs", "h", "c"],
-            output_names=["logits", "value", "h_next", "c_next"], dynamo=False, do_constant_folding=False,
+            output_names=["logits", "value", "h_next", "c_next", *kept], dynamo=False, do_constant_folding=False,
             dynamic_axes={"obs": {0: "batch"}, "h": {1: "batch"}, "c": {1: "batch"}, "logits": {0: "batch"},
-                          "value": {0: "batch"}, "h_next": {1: "batch"}, "c_next": {1: "batch"}},
+                          "value": {0: "batch"}, "h_next": {1: "batch"}, "c_next": {1: "batch"},
+                          **{name: {0: "batch"} for name in kept}},
         )
     graph = onnx.load_from_string(buffer.getvalue())
     for init in graph.graph.initializer:
@@ -209,14 +237,19 @@ def _optimized(graph: Any) -> Any:
 _LAYOUT_FREE_OPS = {"Min", "Exp", "Sub", "Max"}  # what elu_from_exp writes: each value on its own
 
 
-def _elementwise_in_blocked_layout(graph: Any) -> None:
+def _elementwise_in_blocked_layout(graph: Any, channels_last_outputs: frozenset[str] = frozenset()) -> None:
     """Drop, in an optimized graph, each pair of reorders that takes a conv's output out of ONNX
     Runtime's blocked (NCHWc) layout only to feed ops that compute every value on its own (an ELU
     written by `elu_from_exp`) and then puts the result back into it for the next conv. Such ops
     give the same values in any memory order, so they can work on the blocked tensor itself.
     Why: the optimizer keeps in the blocked layout only the ops it knows (Relu, Add, ...); for
     the atari model the six reorders it adds around three ELUs took ~90 us of a 0.69 ms forward
-    at batch 8 (Xeon). In place."""
+    at batch 8 (Xeon). A result that is also one of `channels_last_outputs` is given to the
+    caller by a reorder of its own, into channels-last (NHWC, the shape declared so): one reorder
+    instead of two, into the layout the learn step's conv backward reads. In place."""
+    import onnx
+    from onnx import helper
+
     nodes = list(graph.graph.node)
     producer = {name: node for node in nodes for name in node.output}
     consumers: dict[str, list[Any]] = {}
@@ -226,6 +259,7 @@ def _elementwise_in_blocked_layout(graph: Any) -> None:
     scalars = {init.name for init in graph.graph.initializer if not init.dims}
     graph_outputs = {out.name for out in graph.graph.output}
     dropped: list[Any] = []
+    added: list[tuple[Any, Any]] = []
     for reorder_in in (node for node in nodes if node.op_type == "ReorderInput"):
         region, sources, pending = [], set(), [reorder_in.input[0]]
         while pending:  # walk back from the ReorderInput through layout-free ops to where they start
@@ -242,17 +276,46 @@ def _elementwise_in_blocked_layout(graph: Any) -> None:
         inside = {name for node in region for name in node.output} | set(sources)
         readers_ok = all(reader in region or reader is reorder_in
                          for name in inside for reader in consumers.get(name, []))
-        if not readers_ok or inside & graph_outputs:
+        result = reorder_in.input[0]
+        handed_out = result in graph_outputs and result in channels_last_outputs
+        if not readers_ok or (inside - {result} if handed_out else inside) & graph_outputs:
             continue  # a value of the region is also read elsewhere, in the plain layout
         blocked, plain = reorder_out.input[0], reorder_out.output[0]
         for node in region:
             node.input[:] = [blocked if name == plain else name for name in node.input]
+        kept_blocked = f"{result}/blocked" if handed_out else result
         for reader in consumers.get(reorder_in.output[0], []):
-            reader.input[:] = [reorder_in.input[0] if name == reorder_in.output[0] else name for name in reader.input]
+            reader.input[:] = [kept_blocked if name == reorder_in.output[0] else name for name in reader.input]
+        if handed_out:
+            last = producer[result]
+            last.output[:] = [kept_blocked if name == result else name for name in last.output]
+            to_caller = helper.make_node("ReorderOutput", [kept_blocked], [result], name=f"{result}/to_nhwc",
+                                         domain=reorder_out.domain, channels_last=1,
+                                         channels=helper.get_attribute_value(
+                                             next(a for a in reorder_out.attribute if a.name == "channels")))
+            added.append((last, to_caller))
+            declared = next(out for out in graph.graph.output if out.name == result).type.tensor_type.shape.dim
+            nchw = [onnx.TensorShapeProto.Dimension() for _ in range(4)]
+            for dim, source in zip(nchw, declared):
+                dim.CopyFrom(source)
+            for dim, source in zip(declared, (nchw[0], nchw[2], nchw[3], nchw[1])):
+                dim.CopyFrom(source)
         dropped += [reorder_out, reorder_in]
     kept = [node for node in nodes if all(node is not gone for gone in dropped)]
+    for last, to_caller in added:  # each right after the op that computes its input
+        kept.insert(next(i for i, node in enumerate(kept) if node is last) + 1, to_caller)
     del graph.graph.node[:]
     graph.graph.node.extend(kept)
+
+
+def channels_last_outputs(graph: Any) -> set[str]:
+    """The outputs of an optimized graph that a reorder hands out channels-last (NHWC)."""
+    from onnx import helper
+
+    outputs = {out.name for out in graph.graph.output}
+    return {node.output[0] for node in graph.graph.node
+            if node.op_type == "ReorderOutput" and node.output[0] in outputs
+            and any(a.name == "channels_last" and helper.get_attribute_value(a) == 1 for a in node.attribute)}
 
 
 class PreparedStep:
@@ -272,11 +335,11 @@ class PreparedStep:
     gather of the parameters, or the graph is refused (ValueError): a rewrite that does arithmetic
     on weights cannot be refreshed by a gather."""
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, keep_activations: bool = False):
         import onnx
         from onnx import numpy_helper
 
-        graph = export_step_graph(model)
+        graph = export_step_graph(model, keep_activations)
         self.params = list(dict(model.named_parameters()).items())
         sizes = [tensor.numel() for _, tensor in self.params]
         total = sum(sizes)
@@ -310,7 +373,10 @@ class PreparedStep:
             self.gathers[name] = (slice(int(index[0]), int(index[0]) + index.size) if np.array_equal(index, runs)
                                   else index, a.shape)
         _initializers_to_inputs(optimized[0], set(self.gathers))
-        _elementwise_in_blocked_layout(optimized[0])
+        kept = activation_names(model) if keep_activations else []
+        _elementwise_in_blocked_layout(optimized[0], frozenset(kept))
+        nhwc = channels_last_outputs(optimized[0])
+        self.activations = [(name, name in nhwc) for name in kept]  # (output, handed out NHWC)
         self.graph_bytes = optimized[0].SerializeToString()
         self.statistics = list(_statistics(model).items())
 
@@ -324,31 +390,71 @@ class PreparedStep:
         return feeds
 
 
+STEP_OUTPUTS = ["logits", "value", "h_next", "c_next"]
+
+
 class OnnxRuntimeActor:
+    """With `keep_activations` (a worker's actor, for a conv + ELU encoder), `step` also writes
+    each encoder ELU's output where the caller says, so that the learn step need not
+    compute them again (`encoder_grad`); the evaluator's actor keeps none, and its graph hands out
+    none. They are written through an IOBinding into the caller's arrays, which a worker reuses
+    rollout after rollout: fresh output arrays held for a rollout cost page faults at every step."""
+
     name = "onnxruntime"
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, keep_activations: bool = False):
         import onnxruntime
 
         problem = unsupported_by_onnx(model)
         if problem:
             raise ValueError(f"--act-backend onnxruntime: {problem}")
-        self._prepared = PreparedStep(model)
+        self.keeps_activations = keep_activations and conv_elu_chain(model.encoder) is not None
+        self._prepared = PreparedStep(model, self.keeps_activations)
         # Optimized once already: building it again must not rewrite it.
         self._session = onnxruntime.InferenceSession(self._prepared.graph_bytes, _session_options("ORT_DISABLE_ALL"),
                                                      providers=["CPUExecutionProvider"])
+        self._binding = self._session.io_binding() if self.keeps_activations else None
         self._weights: dict[str, np.ndarray] = {}
         self.refresh()
+        # What step writes for one frame: each activation's shape as handed out, and
+        # whether it is handed out channels-last (NHWC) rather than NCHW.
+        self.activations_nhwc = [nhwc for _, nhwc in self._prepared.activations]
+        self.activation_shapes: list[tuple[int, ...]] = []
+        if self.keeps_activations:
+            trial = self._session.run([name for name, _ in self._prepared.activations], self._feeds(
+                torch.zeros(1, *model.obs_shape), model.initial_state(1)))
+            self.activation_shapes = [array.shape[1:] for array in trial]
 
     def refresh(self) -> None:
         self._weights = self._prepared.weights()
+        if self._binding is not None:
+            for name, array in self._weights.items():
+                self._binding.bind_cpu_input(name, array)
 
-    def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
-        logits, value, h, c = self._session.run(None, {
-            "obs": np.ascontiguousarray(obs.numpy(), dtype=np.float32),
-            "h": np.ascontiguousarray(state[0].numpy()), "c": np.ascontiguousarray(state[1].numpy()),
-            **self._weights})
-        return torch.from_numpy(logits), torch.from_numpy(value), (torch.from_numpy(h), torch.from_numpy(c))
+    def _feeds(self, obs: torch.Tensor, state: State) -> dict[str, np.ndarray]:
+        return {"obs": np.ascontiguousarray(obs.numpy(), dtype=np.float32),
+                "h": np.ascontiguousarray(state[0].numpy()), "c": np.ascontiguousarray(state[1].numpy()),
+                **self._weights}
+
+    def step(self, obs: torch.Tensor, state: State, into: Sequence[np.ndarray] = ()
+             ) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """With `into` (an actor that keeps activations), each encoder ELU's output is written into
+        `into[i]`, float32 C-contiguous arrays [B, *activation_shapes[i]]."""
+        binding = self._binding
+        if not into or binding is None:
+            logits, value, h, c = self._session.run(STEP_OUTPUTS, self._feeds(obs, state))
+            return torch.from_numpy(logits), torch.from_numpy(value), (torch.from_numpy(h), torch.from_numpy(c))
+        # The weights stay bound from the last refresh.
+        binding.bind_cpu_input("obs", np.ascontiguousarray(obs.numpy(), dtype=np.float32))
+        binding.bind_cpu_input("h", np.ascontiguousarray(state[0].numpy()))
+        binding.bind_cpu_input("c", np.ascontiguousarray(state[1].numpy()))
+        for name in STEP_OUTPUTS:
+            binding.bind_output(name, "cpu")
+        for (name, _), array in zip(self._prepared.activations, into):
+            binding.bind_output(name, "cpu", 0, np.float32, list(array.shape), array.ctypes.data)
+        self._session.run_with_iobinding(binding)
+        logits, value, h, c = (torch.from_numpy(value.numpy()) for value in binding.get_outputs()[:len(STEP_OUTPUTS)])
+        return logits, value, (h, c)
 
 
 def chosen_backend(requested: str, model: ActorCritic) -> tuple[str, str]:
@@ -424,10 +530,12 @@ def step_difference(expected: tuple[torch.Tensor, torch.Tensor, State],
     return max(float((torch.as_tensor(a) - torch.as_tensor(b)).abs().max()) for a, b in pairs)
 
 
-def make_actor(requested: str, model: ActorCritic) -> Actor:
+def make_actor(requested: str, model: ActorCritic, keep_activations: bool = False) -> Actor:
     """The actor for `model` (a worker's or the evaluator's local copy). Children get the name
-    `resolve` chose in the main process, so "auto" is resolved here only when called directly."""
+    `resolve` chose in the main process, so "auto" is resolved here only when called directly.
+    `keep_activations`: a worker's, whose learn step can use them; an ONNX Runtime actor keeps
+    them, torch's (the fallback) does not, and its learn step replays the encoder."""
     name = chosen_backend(requested, model)[0] if requested == "auto" else requested
     if name == "onnxruntime":
-        return OnnxRuntimeActor(model)
+        return OnnxRuntimeActor(model, keep_activations)
     return TorchActor(model)

@@ -37,6 +37,19 @@ def discount(x: np.ndarray, gamma: float) -> np.ndarray:
     return out
 
 
+def running_returns(rewards: np.ndarray, dones: np.ndarray, running: np.ndarray, gamma: float
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """The discounted return so far of each env at each step [T, K] (float64), carried in from
+    `running` [K] and zeroed after an episode's end or a non-finite value; and the one carried out.
+    What --normalize-reward scales rewards by (the running std of these returns)."""
+    returns = np.empty_like(rewards, dtype=np.float64)
+    for t in range(len(rewards)):
+        running = running * gamma + rewards[t]
+        returns[t] = running
+        running = np.where(dones[t] | ~np.isfinite(running), 0.0, running)
+    return returns, running
+
+
 def segment_targets(
     rewards: np.ndarray, values: np.ndarray, bootstrap: float, gamma: float, lam: float
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .encoder_grad import KeptActivations, conv_elu_chain, features_from_activations
+
 State = tuple[torch.Tensor, torch.Tensor]  # (h, c), each [1, batch, lstm_size] as nn.LSTM wants
 
 
@@ -378,21 +380,30 @@ class ActorCritic(nn.Module):
     def replay(
         self, obs: torch.Tensor, state: State, resets: torch.Tensor | None = None,
         encoder_context: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+        kept: KeptActivations | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Re-run a rollout: obs [T, B, *obs_shape] from `state` -> logits [T, B, A], values [T, B].
 
         `resets[t, b]` is True when env b started a new episode at step t, so its LSTM state is
         zeroed there. The encoder sees all T*B frames in one batch, under `encoder_context` (bf16
         autocast: `precision`), and hands the core float32; the LSTM runs fused over each
-        stretch between resets.
+        stretch between resets. With `kept`, the ELU outputs acting computed for these frames with
+        the current weights (a conv + ELU encoder only: `encoder_grad`), the encoder is not run
+        again: its features are acting's, and its gradient is taken from them in `kept.dtype`.
         """
         steps, batch = obs.shape[:2]
         if self.lstm is None:
             logits, values = self._feedforward(obs.reshape(steps * batch, *obs.shape[2:]), encoder_context)
             return logits.reshape(steps, batch, -1), values.reshape(steps, batch)
         flat = self._normalized(obs.reshape(steps * batch, *obs.shape[2:]))
-        with encoder_context():
-            features = self.encoder(flat).float().reshape(steps, batch, -1)
+        if kept is not None:
+            convs = conv_elu_chain(self.encoder)
+            if convs is None:
+                raise ValueError("kept activations are for an encoder of conv + ELU layers only")
+            features = features_from_activations(convs, flat, kept).reshape(steps, batch, -1)
+        else:
+            with encoder_context():
+                features = self.encoder(flat).float().reshape(steps, batch, -1)
         cuts = [0]
         if resets is not None:
             cuts += [t for t in range(1, steps) if bool(resets[t].any())]

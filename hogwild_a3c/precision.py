@@ -45,3 +45,8 @@ def encoder_context(precision: str) -> Callable[[], AbstractContextManager[objec
     if precision == "bf16":
         return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext
+
+
+def learn_dtype(precision: str) -> torch.dtype:
+    """The dtype of the encoder's gradient taken from kept activations (`encoder_grad`) for `precision`."""
+    return torch.bfloat16 if precision == "bf16" else torch.float32

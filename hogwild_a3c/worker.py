@@ -35,8 +35,8 @@ work is the env step and a few array writes; everything else happens once per ro
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -44,11 +44,12 @@ import numpy as np
 import torch
 
 from .acting import make_actor
-from .algo import a3c_loss, action_log_probs, normalized_advantages, rollout_targets
+from .algo import a3c_loss, action_log_probs, normalized_advantages, rollout_targets, running_returns
 from .config import Config
+from .encoder_grad import KeptActivations
 from .envs import EnvInfo, env_options, make_env
 from .model import State, build_model, sample_actions
-from .precision import encoder_context
+from .precision import encoder_context, learn_dtype
 from .shared import WorkerLink
 
 
@@ -71,17 +72,26 @@ class Rollout:
     resets: np.ndarray  # [T, K] bool, the LSTM state is zeroed before step t
     last_values: np.ndarray  # [K] float32, V(s_T): the bootstrap of each column's last stretch
     start_state: State  # the LSTM state before step 0 (detached), where the replay starts
+    # Each encoder ELU's output [T, K, ...] float32, when the actor keeps them (`encoder_grad`)
+    kept: list[np.ndarray] = field(default_factory=list)
 
     @classmethod
-    def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: State) -> Rollout:
+    def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: State,
+              kept_shapes: Sequence[tuple[int, ...]] = ()) -> Rollout:
         per_step = {"actions": np.int64, "rewards": np.float32, "values": np.float32, "dones": bool,
                     "done_values": np.float32, "resets": bool}
+        arrays: dict[str, Any] = {name: np.zeros((steps, envs), dtype=dtype) for name, dtype in per_step.items()}
         return cls(
             obs=np.zeros((steps, envs, *obs_shape), dtype=np.float32),
-            **{name: np.zeros((steps, envs), dtype=dtype) for name, dtype in per_step.items()},
+            **arrays,
             last_values=np.zeros(envs, dtype=np.float32),
             start_state=start_state,
+            kept=[np.zeros((steps, envs, *shape), dtype=np.float32) for shape in kept_shapes],
         )
+
+    def acted_activations(self, nhwc: Sequence[bool], dtype: torch.dtype) -> KeptActivations | None:
+        """The encoder activations acting kept, as the learn step reads them; None if none were."""
+        return KeptActivations.of_rollout(self.kept, nhwc, dtype) if self.kept else None
 
     @property
     def steps(self) -> int:
@@ -128,8 +138,9 @@ class Worker:
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg, env_info.layout)
         # Walking the module tree for parameters() costs more than a small model's update step.
         self.params = list(self.model.parameters())
-        self.actor = make_actor(cfg.act_backend, self.model)  # acts with what the model held at its last refresh
-        self.encoder_context = encoder_context(cfg.learn_precision)
+        # Acts with what the model held at its last refresh, and keeps what the learn step can reuse.
+        self.actor = make_actor(cfg.act_backend, self.model, keep_activations=True)
+        self.encoder_context, self.learn_dtype = encoder_context(cfg.learn_precision), learn_dtype(cfg.learn_precision)
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]
         self.obs = np.zeros((self.num_envs, *env_info.obs_shape), dtype=np.float32)
         self.episode_return = np.zeros(self.num_envs)
@@ -137,7 +148,8 @@ class Worker:
         self.episode_length = np.zeros(self.num_envs, dtype=np.int64)
         self.env_errors_in_a_row = 0
         self.state = self.model.initial_state(self.num_envs)
-        self.rollout = Rollout.empty(cfg.rollout_steps, self.num_envs, env_info.obs_shape, self.state)
+        self.rollout = Rollout.empty(cfg.rollout_steps, self.num_envs, env_info.obs_shape, self.state,
+                                     self.actor.activation_shapes)
         for k in range(self.num_envs):
             self._start_env(k)
 
@@ -220,7 +232,7 @@ class Worker:
         act, envs, life_loss = self.actor.step, self.envs, self.cfg.life_loss
         for t in range(self.cfg.rollout_steps):
             rollout.obs[t] = self.obs
-            logits, value, self.state = act(torch.from_numpy(self.obs), self.state)
+            logits, value, self.state = act(torch.from_numpy(self.obs), self.state, [kept[t] for kept in rollout.kept])
             actions = sample_actions(logits, self.rng)
             rollout.actions[t] = actions
             rollout.values[t] = value.numpy()
@@ -270,13 +282,8 @@ class Worker:
             return
         returns = None
         if local.return_norm is not None:
-            returns = np.empty_like(rollout.rewards, dtype=np.float64)
-            running = self.discounted_return
-            for t in range(self.cfg.rollout_steps):
-                running = running * self.cfg.gamma + rollout.rewards[t]
-                returns[t] = running
-                running = np.where(rollout.dones[t] | ~np.isfinite(running), 0.0, running)
-            self.discounted_return = running
+            returns, self.discounted_return = running_returns(rollout.rewards, rollout.dones, self.discounted_return,
+                                                              self.cfg.gamma)
         self.link.merge_statistics(rollout.obs if local.obs_norm is not None else None, returns)
         if local.return_norm is not None:
             rollout.rewards *= local.return_norm.scale()
@@ -301,7 +308,10 @@ class Worker:
                 for buffer, kept in zip(self.model.buffers(), statistics):
                     buffer.copy_(kept)
                 phase_done("pull" + pass_name)
-            logits, values = self.model.replay(batch.obs, rollout.start_state, batch.resets, self.encoder_context)
+            # Acting's activations stand for the encoder's forward at the weights it acted with: the first pass's.
+            acted = rollout.acted_activations(self.actor.activations_nhwc, self.learn_dtype) if epoch == 0 else None
+            logits, values = self.model.replay(batch.obs, rollout.start_state, batch.resets, self.encoder_context,
+                                               acted)
             phase_done("replay forward" + pass_name)
             logits = logits.flatten(0, 1)
             loss = a3c_loss(logits, values.flatten(), batch.actions, batch.advantages, batch.returns,

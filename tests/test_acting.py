@@ -28,9 +28,10 @@ from hogwild_a3c.training import ConfigError, prepare
 from hogwild_a3c.worker import Worker
 
 
-def conv_worker(act_backend="onnxruntime", learn_precision="float32"):
+def conv_worker(act_backend="onnxruntime", learn_precision="float32", env="tests.envs:CueImage-v0"):
     # CueImage-v0: an 8x8 RGB image (a conv encoder), episodes of 8 steps, so rollouts of 6 cross episode ends.
-    cfg = Config(env="tests.envs:CueImage-v0", num_workers=0, envs_per_worker=3, rollout_steps=6, lstm_size=16,
+    # ALE/Pong-v5: 42x42 grey frames, universe's ConvEncoder: what the atari preset learns from.
+    cfg = Config(env=env, num_workers=0, envs_per_worker=3, rollout_steps=6, lstm_size=16,
                  normalize_obs=True, act_backend=act_backend, learn_precision=learn_precision)
     info = describe_env(cfg.env, cfg.env_kwargs)
     torch.manual_seed(0)
@@ -44,8 +45,8 @@ def spy_on(actor):
     calls = []
     original = actor.step
 
-    def spy(obs, state):
-        out = original(obs, state)
+    def spy(obs, state, into=()):
+        out = original(obs, state, into)
         calls.append(out[0].clone())
         return out
 
@@ -256,11 +257,12 @@ def test_the_step_graph_of_every_elu_encoder_has_no_elu_left():
         assert "Elu" not in {node.op_type for node in graph.graph.node}, env
 
 
-@pytest.mark.parametrize("plain_also_read", [False, True])
-def test_elus_between_convs_work_in_the_blocked_layout_with_the_same_values(plain_also_read):
+@pytest.mark.parametrize("also_out", [None, "a", "b"], ids=["none", "conv-output", "elu-output-handed-out"])
+def test_elus_between_convs_work_in_the_blocked_layout_with_the_same_values(also_out):
     """Conv -> ELU -> conv, optimized for this CPU: the reorders around the ELU are dropped, and
-    the values are those of the graph as exported; where the conv's plain output is also read
-    elsewhere (here: a graph output), the reorders stay."""
+    the values are those of the graph as exported. Where the conv's plain output is also read
+    elsewhere (here: a graph output), the reorders stay. Where the ELU's output is one the caller
+    keeps, it is handed out by a reorder of its own, channels-last, declared so."""
     import onnxruntime
     from onnx import helper, numpy_helper
 
@@ -271,7 +273,7 @@ def test_elus_between_convs_work_in_the_blocked_layout_with_the_same_values(plai
     nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], pads=[1, 1, 1, 1], strides=[2, 2]),
              helper.make_node("Elu", ["a"], ["b"], alpha=1.0),
              helper.make_node("Conv", ["b", "w1"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])]
-    outputs = [values("y", 1, None)] + ([values("a", 1, None)] if plain_also_read else [])
+    outputs = [values("y", 1, None)] + ([values(also_out, 1, [None, 32, 11, 11])] if also_out else [])
     exported = helper.make_model(helper.make_graph(nodes, "convs", [values("x", 1, [None, 3, 21, 21])], outputs,
                                                    weights), opset_imports=[helper.make_opsetid("", 17)])
     x = {"x": rng.normal(0, 1, (4, 3, 21, 21)).astype(np.float32)}
@@ -279,10 +281,76 @@ def test_elus_between_convs_work_in_the_blocked_layout_with_the_same_values(plai
                                             providers=["CPUExecutionProvider"]).run(None, x)
     acting.elu_from_exp(exported)
     graph = acting._optimized(exported)
-    acting._elementwise_in_blocked_layout(graph)
+    acting._elementwise_in_blocked_layout(graph, frozenset({"b"}))
     reorders = [node.op_type for node in graph.graph.node if node.op_type.startswith("Reorder")]
-    assert (reorders.count("ReorderOutput"), reorders.count("ReorderInput")) == ((2, 1) if plain_also_read else (1, 0))
+    assert (reorders.count("ReorderOutput"), reorders.count("ReorderInput")) == {None: (1, 0), "a": (2, 1),
+                                                                                 "b": (2, 0)}[also_out]
+    assert acting.channels_last_outputs(graph) == ({"b"} if also_out == "b" else set())
     got = onnxruntime.InferenceSession(graph.SerializeToString(), acting._session_options("ORT_DISABLE_ALL"),
                                        providers=["CPUExecutionProvider"]).run(None, x)
+    if also_out == "b":
+        declared = [dim.dim_value for dim in graph.graph.output[1].type.tensor_type.shape.dim]
+        assert got[1].shape == (4, 11, 11, 32) and declared[1:] == [11, 11, 32]
+        got[1] = got[1].transpose(0, 3, 1, 2)  # NHWC -> NCHW, to compare
     for want, have in zip(expected, got):
         np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5)
+
+
+def torch_elu_outputs(model, obs):
+    """Each encoder ELU's output for `obs`, computed by torch."""
+    outputs, x = [], model._normalized(obs)
+    with torch.no_grad():
+        for module in model.encoder.children():
+            x = module(x)
+            if isinstance(module, torch.nn.ELU):
+                outputs.append(x.clone())
+    return outputs
+
+
+def test_a_workers_onnx_actor_keeps_the_encoders_activations_as_torch_computes_them():
+    worker, _ = conv_worker(env="ALE/Pong-v5")
+    assert worker.actor.keeps_activations
+    for _ in range(2):  # the second rollout overwrites the first's arrays
+        rollout = worker.collect()
+        assert len(rollout.kept) == len(worker.actor.activations_nhwc) == 4
+        for t in range(worker.cfg.rollout_steps):
+            expected = torch_elu_outputs(worker.model, torch.from_numpy(rollout.obs[t]))
+            for array, nhwc, want in zip(rollout.kept, worker.actor.activations_nhwc, expected):
+                got = torch.from_numpy(array[t])
+                torch.testing.assert_close(got.permute(0, 3, 1, 2) if nhwc else got, want, rtol=1e-5, atol=1e-5)
+    # The evaluator's actor keeps none: its graph hands out nothing it would not read.
+    evaluator_actor = make_actor("onnxruntime", worker.model)
+    assert not evaluator_actor.keeps_activations and evaluator_actor._prepared.activations == []
+    assert not make_actor("torch", worker.model, keep_activations=True).keeps_activations
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_the_learn_step_takes_the_first_pass_from_the_kept_activations(monkeypatch, epochs):
+    """The encoder is not run again for the first pass, and its gradient is the replay's; a later
+    pass (--epochs 2) pulled new weights, so it replays the encoder."""
+    import dataclasses
+
+    worker, _ = conv_worker(env="ALE/Pong-v5")
+    worker.cfg = dataclasses.replace(worker.cfg, epochs=epochs)
+    rollout = worker.collect()
+    batch = torch.from_numpy(rollout.obs)
+
+    def gradients(kept):
+        worker.model.zero_grad()
+        logits, values = worker.model.replay(batch, rollout.start_state, torch.from_numpy(rollout.resets), kept=kept)
+        (torch.log_softmax(logits, -1).sum() + values.square().sum()).backward()
+        return [p.grad.clone() for p in worker.model.parameters()]
+
+    from hogwild_a3c.encoder_grad import KeptActivations
+
+    expected = gradients(None)
+    got = gradients(KeptActivations.of_rollout(rollout.kept, worker.actor.activations_nhwc, torch.float32))
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5 * float(e.abs().max()))
+
+    encoder_runs = []
+    original = type(worker.model.encoder).forward
+    monkeypatch.setattr(type(worker.model.encoder), "forward",
+                        lambda self, x: encoder_runs.append(len(x)) or original(self, x))
+    assert worker.learn(rollout)
+    assert encoder_runs == [batch.shape[0] * batch.shape[1]] * (epochs - 1)
