@@ -18,6 +18,10 @@ Hogwild's semantics: a worker acts with the weights it pulled at the start of it
 
 `auto`, the default, takes ONNX Runtime for models with a conv encoder and an LSTM core when it
 is installed, and torch otherwise: small MLPs gain nothing from it.
+
+A worker's ONNX Runtime actor also hands out its encoder's ELU outputs (for a conv + ELU encoder),
+so that the learn step takes the encoder's gradient from them instead of running its forward again
+(`encoder_grad`): the learn step 16.9 -> 14.3 ms a rollout, acting ~1.5 ms dearer (Xeon with AMX).
 """
 from __future__ import annotations
 
