@@ -11,9 +11,10 @@ Backends measured, interleaved repeat by repeat so that a busy minute hits them 
 - torch-compile: `torch.compile(model.step)` (inductor's C++ on CPU), weights read live;
 - torch-freeze: `torch.jit.trace`, `torch.jit.freeze`, `optimize_for_inference` (weights baked);
 - torch-onednn: the same frozen graph with oneDNN graph fusion on (`torch.jit.enable_onednn_fusion`);
-- onnxruntime (what `--act-backend onnxruntime` runs): the step as an ONNX graph, optimized once
-  for this CPU, its weights gathered into the optimized layout at each refresh and fed as inputs
-  (`acting.PreparedStep`);
+- onnxruntime (what `--act-backend onnxruntime` runs in the evaluator): the step as an ONNX graph,
+  optimized once for this CPU, its weights gathered into the optimized layout at each refresh and
+  fed as inputs (`acting.PreparedStep`). A worker's graph also hands out its encoder's activations
+  for the learn step (about 5% dearer acting, measured in `make bench-throughput`; not this row);
 - onnxruntime-rebuild: the weights baked in as initializers, the session rebuilt per refresh;
 - onnxruntime-inputs: the exported graph with the weights as plain inputs, fed every call;
 - openvino: the ONNX graph read and compiled by OpenVINO on its CPU plugin, one inference

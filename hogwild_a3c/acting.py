@@ -448,6 +448,11 @@ class OnnxRuntimeActor:
         if not into or binding is None:
             logits, value, h, c = self._session.run(STEP_OUTPUTS, self._feeds(obs, state))
             return torch.from_numpy(logits), torch.from_numpy(value), (torch.from_numpy(h), torch.from_numpy(c))
+        if len(into) != len(self.activation_shapes) or not all(
+                array.dtype == np.float32 and array.flags.c_contiguous and array.shape[1:] == shape
+                for array, shape in zip(into, self.activation_shapes)):
+            raise ValueError(f"into: {len(self.activation_shapes)} float32 C-contiguous arrays [B, *shape] for "
+                             f"shapes {self.activation_shapes}")
         # The weights stay bound from the last refresh.
         binding.bind_cpu_input("obs", np.ascontiguousarray(obs.numpy(), dtype=np.float32))
         binding.bind_cpu_input("h", np.ascontiguousarray(state[0].numpy()))
@@ -510,21 +515,46 @@ def resolve(requested: str, model: ActorCritic) -> tuple[str, str]:
     return name, f"acting in onnxruntime {onnxruntime.__version__} ({why})"
 
 
-def trial_steps(model: ActorCritic, batch: int = 3) -> tuple[tuple[torch.Tensor, torch.Tensor, State],
-                                                               tuple[torch.Tensor, torch.Tensor, State]]:
-    """Torch's step and ONNX Runtime's on the same random inputs (a fixed seed)."""
+def _trial(model: ActorCritic, batch: int) -> tuple[tuple[torch.Tensor, torch.Tensor, State],
+                                                    tuple[torch.Tensor, torch.Tensor, State],
+                                                    list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Torch's step and ONNX Runtime's on the same random inputs (a fixed seed), ONNX Runtime's as a
+    worker runs it (keeping the encoder's activations where it can), and each kept activation
+    beside torch's (none when it keeps none)."""
     generator = torch.Generator().manual_seed(0)
     obs = torch.rand(batch, *model.obs_shape, generator=generator)
     state = (torch.randn(1, batch, model.lstm_size, generator=generator),
              torch.randn(1, batch, model.lstm_size, generator=generator))
-    with torch.no_grad():
-        expected = model.step(obs, state)
-    return expected, OnnxRuntimeActor(model).step(obs, state)
+    elus = [module for module in model.encoder.children() if isinstance(module, torch.nn.ELU)]
+    expected_activations: list[torch.Tensor] = []
+    hooks = [elu.register_forward_hook(lambda _m, _i, output: expected_activations.append(output.clone()))
+             for elu in elus]
+    try:
+        with torch.no_grad():
+            expected = model.step(obs, state)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    actor = OnnxRuntimeActor(model, keep_activations=True)
+    into = [np.zeros((batch, *shape), dtype=np.float32) for shape in actor.activation_shapes]
+    got = actor.step(obs, state, into)
+    kept = [torch.from_numpy(array).permute(0, 3, 1, 2) if nhwc else torch.from_numpy(array)
+            for array, nhwc in zip(into, actor.activations_nhwc)]
+    return expected, got, list(zip(expected_activations, kept)) if actor.keeps_activations else []
+
+
+def trial_steps(model: ActorCritic, batch: int = 3) -> tuple[tuple[torch.Tensor, torch.Tensor, State],
+                                                               tuple[torch.Tensor, torch.Tensor, State]]:
+    """Torch's step and ONNX Runtime's (a worker's) on the same random inputs (a fixed seed)."""
+    expected, got, _ = _trial(model, batch)
+    return expected, got
 
 
 def trial_difference(model: ActorCritic, batch: int = 3) -> float:
-    """The largest absolute difference between torch's step and ONNX Runtime's, on random inputs."""
-    return step_difference(*trial_steps(model, batch))
+    """The largest absolute difference between torch's step and ONNX Runtime's, on random inputs,
+    the encoder activations a worker's actor keeps included."""
+    expected, got, activations = _trial(model, batch)
+    return max([step_difference(expected, got)] + [float((a - b).abs().max()) for a, b in activations])
 
 
 def step_difference(expected: tuple[torch.Tensor, torch.Tensor, State],

@@ -70,12 +70,16 @@ class _ConvEluChain(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, features: torch.Tensor, convs: list[nn.Conv2d], inputs: list[torch.Tensor],
                 dtype: torch.dtype, *params: torch.Tensor) -> torch.Tensor:
-        ctx.convs, ctx.inputs, ctx.dtype = convs, inputs, dtype
+        # Saved so that autograd refuses a backward after any of them changed in place (the
+        # rollout's arrays, the weights): the gradient would silently be another one.
+        ctx.save_for_backward(*inputs, *params)
+        ctx.convs, ctx.dtype, ctx.layers = convs, dtype, len(inputs)
         return features.clone()
 
     @staticmethod
     def backward(ctx: Any, grad_features: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        convs, inputs, dtype = ctx.convs, ctx.inputs, ctx.dtype
+        convs, dtype = ctx.convs, ctx.dtype
+        inputs = list(ctx.saved_tensors[:ctx.layers])
         grads: list[torch.Tensor | None] = [None] * (2 * len(convs))
         # inputs[i] is conv i's input; inputs[i + 1] its ELU's output, and inputs[-1] the last one's.
         grad = grad_features.reshape(inputs[-1].shape).to(dtype)

@@ -297,6 +297,9 @@ class Worker:
         batch = LearnBatch.of(rollout, cfg)
         phase_done("targets")
         first_log_probs = None
+        # Acting's activations stand for the encoder's forward at the weights it acted with. With --epochs N
+        # every pass replays, so that the later passes' ratios start at exactly 1 (see below).
+        acted = rollout.acted_activations(self.actor.activations_nhwc, self.learn_dtype) if cfg.epochs == 1 else None
         statistics = [buffer.clone() for buffer in self.model.buffers()] if cfg.epochs > 1 else []
         for epoch in range(cfg.epochs):
             pass_name = "" if epoch == 0 else f" (pass {epoch + 1})"  # each pass's phases timed apart
@@ -308,8 +311,6 @@ class Worker:
                 for buffer, kept in zip(self.model.buffers(), statistics):
                     buffer.copy_(kept)
                 phase_done("pull" + pass_name)
-            # Acting's activations stand for the encoder's forward at the weights it acted with: the first pass's.
-            acted = rollout.acted_activations(self.actor.activations_nhwc, self.learn_dtype) if epoch == 0 else None
             logits, values = self.model.replay(batch.obs, rollout.start_state, batch.resets, self.encoder_context,
                                                acted)
             phase_done("replay forward" + pass_name)

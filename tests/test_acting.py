@@ -310,6 +310,8 @@ def torch_elu_outputs(model, obs):
 def test_a_workers_onnx_actor_keeps_the_encoders_activations_as_torch_computes_them():
     worker, _ = conv_worker(env="ALE/Pong-v5")
     assert worker.actor.keeps_activations
+    # On an x86 CPU ONNX Runtime runs these convs blocked, and the ELUs between them are handed out channels-last.
+    assert worker.actor.activations_nhwc == [True, True, True, False]
     for _ in range(2):  # the second rollout overwrites the first's arrays
         rollout = worker.collect()
         assert len(rollout.kept) == len(worker.actor.activations_nhwc) == 4
@@ -326,8 +328,9 @@ def test_a_workers_onnx_actor_keeps_the_encoders_activations_as_torch_computes_t
 
 @pytest.mark.parametrize("epochs", [1, 2])
 def test_the_learn_step_takes_the_first_pass_from_the_kept_activations(monkeypatch, epochs):
-    """The encoder is not run again for the first pass, and its gradient is the replay's; a later
-    pass (--epochs 2) pulled new weights, so it replays the encoder."""
+    """The encoder is not run again, and the gradient is the replay's. With --epochs 2 every pass
+    replays: the later passes pulled new weights, and their ratios are taken against the first
+    pass's replay, which must be the same computation."""
     import dataclasses
 
     worker, _ = conv_worker(env="ALE/Pong-v5")
@@ -353,4 +356,42 @@ def test_the_learn_step_takes_the_first_pass_from_the_kept_activations(monkeypat
     monkeypatch.setattr(type(worker.model.encoder), "forward",
                         lambda self, x: encoder_runs.append(len(x)) or original(self, x))
     assert worker.learn(rollout)
-    assert encoder_runs == [batch.shape[0] * batch.shape[1]] * (epochs - 1)
+    assert encoder_runs == ([] if epochs == 1 else [batch.shape[0] * batch.shape[1]] * epochs)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
+def test_a_workers_learn_step_takes_the_gradient_of_a_float32_replay(precision):
+    """Through Worker.learn as a run calls it: the gradient from kept activations against the
+    float32 replay's, equal in float32, and within bf16's rounding (but not equal) in bf16."""
+    import dataclasses
+    from contextlib import suppress
+
+    from hogwild_a3c.precision import encoder_context, learn_dtype
+
+    worker, _ = conv_worker(env="ALE/Pong-v5", learn_precision=precision)
+    rollout = worker.collect()
+
+    class Taken(Exception):
+        pass
+
+    def gradient(seen):
+        grads = []
+
+        def grab(phase):
+            if phase == "backward":
+                grads.append(torch.cat([p.grad.flatten() for p in worker.params]))
+                raise Taken  # before the optimizer step, which would move the shared weights
+
+        with suppress(Taken):
+            worker.learn(seen, phase_done=grab)
+        return grads[0].double()
+
+    got = gradient(rollout)
+    worker.encoder_context, worker.learn_dtype = encoder_context("float32"), learn_dtype("float32")
+    expected = gradient(dataclasses.replace(rollout, kept=[]))
+    distance = float((got - expected).norm() / expected.norm())
+    if precision == "float32":
+        assert distance < 1e-5
+    else:
+        assert 1e-7 < distance < 0.02  # bf16 was used, and it stays near float32's gradient
+        assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.999

@@ -98,10 +98,12 @@ def test_a_replay_from_kept_activations_takes_the_gradient_of_a_full_replay():
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6 * float(e.abs().max()))
 
 
-@pytest.mark.parametrize("encoder", [NatureEncoder(1, 84), ImpalaEncoder(1, 42)], ids=["nature", "impala"])
-def test_encoders_that_are_not_a_conv_elu_chain_are_replayed(encoder):
+@pytest.mark.parametrize("name, encoder", [("nature", NatureEncoder(1, 84)), ("impala", ImpalaEncoder(1, 42))],
+                         ids=["nature", "impala"])
+def test_encoders_that_are_not_a_conv_elu_chain_are_replayed(name, encoder):
     assert conv_elu_chain(encoder) is None
-    model = ActorCritic((1, 42, 42), 4, 32, encoder="nature")
+    model = ActorCritic((1, 42, 42), 4, 32, encoder=name)
+    assert conv_elu_chain(model.encoder) is None
     obs = torch.rand(2, 1, 1, 42, 42)
     with pytest.raises(ValueError, match="conv \\+ ELU"):
         model.replay(obs, model.initial_state(1), kept=KeptActivations([obs[0]], obs[0].flatten(1), torch.float32))
