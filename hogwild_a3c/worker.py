@@ -297,8 +297,7 @@ class Worker:
         batch = LearnBatch.of(rollout, cfg)
         phase_done("targets")
         first_log_probs = None
-        # Acting's activations stand for the encoder's forward at the weights it acted with. With --epochs N
-        # every pass replays, so that the later passes' ratios start at exactly 1 (see below).
+        # Acting's activations stand for the encoder's forward; --epochs N replays all passes (exact ratios, below).
         acted = rollout.acted_activations(self.actor.activations_nhwc, self.learn_dtype) if cfg.epochs == 1 else None
         statistics = [buffer.clone() for buffer in self.model.buffers()] if cfg.epochs > 1 else []
         for epoch in range(cfg.epochs):
