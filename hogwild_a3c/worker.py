@@ -138,8 +138,9 @@ class Worker:
         self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg, env_info.layout)
         # Walking the module tree for parameters() costs more than a small model's update step.
         self.params = list(self.model.parameters())
-        # Acts with what the model held at its last refresh, and keeps what the learn step can reuse.
-        self.actor = make_actor(cfg.act_backend, self.model, keep_activations=True)
+        # Acts with what the model held at its last refresh, and keeps what the learn step can reuse: with
+        # --epochs N every pass replays (the later passes' ratios need the first's computation), so nothing.
+        self.actor = make_actor(cfg.act_backend, self.model, keep_activations=cfg.epochs == 1)
         self.encoder_context, self.learn_dtype = encoder_context(cfg.learn_precision), learn_dtype(cfg.learn_precision)
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]
         self.obs = np.zeros((self.num_envs, *env_info.obs_shape), dtype=np.float32)
@@ -297,8 +298,7 @@ class Worker:
         batch = LearnBatch.of(rollout, cfg)
         phase_done("targets")
         first_log_probs = None
-        # Acting's activations stand for the encoder's forward; --epochs N replays all passes (exact ratios, below).
-        acted = rollout.acted_activations(self.actor.activations_nhwc, self.learn_dtype) if cfg.epochs == 1 else None
+        acted = rollout.acted_activations(self.actor.activations_nhwc, self.learn_dtype)  # standing for its forward
         statistics = [buffer.clone() for buffer in self.model.buffers()] if cfg.epochs > 1 else []
         for epoch in range(cfg.epochs):
             pass_name = "" if epoch == 0 else f" (pass {epoch + 1})"  # each pass's phases timed apart
