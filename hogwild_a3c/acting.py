@@ -25,13 +25,14 @@ so that the learn step takes the encoder's gradient from them instead of running
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import io
 import os
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -95,18 +96,25 @@ class _StepGraph(torch.nn.Module):
     def __init__(self, model: ActorCritic, keep_activations: bool = False):
         super().__init__()
         self.model = model
-        self.elus = [module for module in model.encoder.children() if isinstance(module, torch.nn.ELU)] \
-            if keep_activations else []
+        self.keep_activations = keep_activations
 
     def forward(self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        kept: list[torch.Tensor] = []
-        hooks = [elu.register_forward_hook(lambda _module, _input, output: kept.append(output)) for elu in self.elus]
-        try:
+        with elu_outputs(self.model) as kept:
             logits, value, (h_next, c_next) = self.model.step(obs, (h, c))
-        finally:
-            for hook in hooks:
-                hook.remove()
-        return (logits, value, h_next, c_next, *kept)
+        return (logits, value, h_next, c_next, *(kept if self.keep_activations else []))
+
+
+@contextlib.contextmanager
+def elu_outputs(model: ActorCritic) -> Iterator[list[torch.Tensor]]:
+    """Collects each encoder ELU's output, in order, while the block runs one forward of `model`."""
+    outputs: list[torch.Tensor] = []
+    hooks = [module.register_forward_hook(lambda _module, _input, output: outputs.append(output))
+             for module in model.encoder.children() if isinstance(module, torch.nn.ELU)]
+    try:
+        yield outputs
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 def activation_names(model: ActorCritic) -> list[str]:
@@ -525,16 +533,8 @@ def _trial(model: ActorCritic, batch: int) -> tuple[tuple[torch.Tensor, torch.Te
     obs = torch.rand(batch, *model.obs_shape, generator=generator)
     state = (torch.randn(1, batch, model.lstm_size, generator=generator),
              torch.randn(1, batch, model.lstm_size, generator=generator))
-    elus = [module for module in model.encoder.children() if isinstance(module, torch.nn.ELU)]
-    expected_activations: list[torch.Tensor] = []
-    hooks = [elu.register_forward_hook(lambda _m, _i, output: expected_activations.append(output.clone()))
-             for elu in elus]
-    try:
-        with torch.no_grad():
-            expected = model.step(obs, state)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    with torch.no_grad(), elu_outputs(model) as expected_activations:
+        expected = model.step(obs, state)
     actor = OnnxRuntimeActor(model, keep_activations=True)
     into = [np.zeros((batch, *shape), dtype=np.float32) for shape in actor.activation_shapes]
     got = actor.step(obs, state, into)
