@@ -79,7 +79,7 @@ class _ConvEluChain(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_features: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         convs, dtype = ctx.convs, ctx.dtype
-        inputs = list(ctx.saved_tensors[:ctx.layers])
+        inputs, weights = list(ctx.saved_tensors[:ctx.layers]), ctx.saved_tensors[ctx.layers::2]
         grads: list[torch.Tensor | None] = [None] * (2 * len(convs))
         # inputs[i] is conv i's input; inputs[i + 1] its ELU's output, and inputs[-1] the last one's.
         grad = grad_features.reshape(inputs[-1].shape).to(dtype)
@@ -87,10 +87,10 @@ class _ConvEluChain(torch.autograd.Function):
             conv = convs[i]
             grad = torch.ops.aten.elu_backward(grad, 1.0, 1, 1, True, inputs[i + 1])
             grad_input, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
-                grad, inputs[i], conv.weight.to(dtype), [conv.out_channels], list(conv.stride),
+                grad, inputs[i], weights[i].to(dtype), [conv.out_channels], list(conv.stride),
                 list(conv.padding), list(conv.dilation), False, [0, 0], conv.groups, [i > 0, True, True])
-            grads[2 * i] = grad_weight.to(conv.weight.dtype)
-            grads[2 * i + 1] = grad_bias.to(conv.weight.dtype)
+            grads[2 * i] = grad_weight.to(weights[i].dtype)
+            grads[2 * i + 1] = grad_bias.to(weights[i].dtype)
             grad = grad_input
         return (None, None, None, None, *grads)
 
