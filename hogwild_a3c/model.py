@@ -98,9 +98,14 @@ def _relu_linear(in_features: int, out_features: int) -> nn.Linear:
 class NatureEncoder(nn.Sequential):
     """The DQN Nature paper's network before its head: 32 8x8 convs of stride 4, 64 4x4 of stride
     2, 64 3x3 of stride 1, then 512 units, all ReLU: 1x84x84 -> 64x7x7 -> 512 features. Made for
-    84x84 frames (`--image-size 84`), where it costs ~3.8x universe's multiply-adds at 42x42."""
+    84x84 frames (`--image-size 84`), where it costs ~3.8x universe's multiply-adds at 42x42.
 
-    def __init__(self, channels: int, size: int, width: int | None = None):
+    `feeds_lstm` adds a LayerNorm on the 512 features, as ImpalaEncoder has: its unbounded ReLU
+    features saturated our LSTM's gates (a dead LSTM by 152k steps of SpaceInvaders at 84x84,
+    results README, "The same recipe with our LSTM core"). The feed-forward core keeps the
+    paper's network, as the PPO peers run it."""
+
+    def __init__(self, channels: int, size: int, width: int | None = None, feeds_lstm: bool = False):
         height, width = size, size if width is None else width
         given = f"{height}x{width}"
         layers: list[nn.Module] = []
@@ -109,7 +114,8 @@ class NatureEncoder(nn.Sequential):
             height, width = (height - kernel) // stride + 1, (width - kernel) // stride + 1
         if min(height, width) < 1:
             raise ValueError(f"the nature encoder needs images of at least 36x36 (got {given})")
-        super().__init__(*layers, nn.Flatten(), _relu_linear(64 * height * width, 512), nn.ReLU())
+        bound = [nn.LayerNorm(512)] if feeds_lstm else []
+        super().__init__(*layers, nn.Flatten(), _relu_linear(64 * height * width, 512), nn.ReLU(), *bound)
         self.out_features = 512
 
 
@@ -158,6 +164,13 @@ IMAGE_ENCODERS: dict[str, type[ConvEncoder] | type[NatureEncoder] | type[ImpalaE
     "universe": ConvEncoder, "nature": NatureEncoder, "impala": ImpalaEncoder}
 
 
+def image_encoder(name: str, shape: tuple[int, ...], feeds_lstm: bool) -> nn.Module:
+    """`--encoder name` for CxHxW images; only the Nature CNN is built otherwise for an LSTM."""
+    if name == "nature":
+        return NatureEncoder(*shape, feeds_lstm=feeds_lstm)
+    return IMAGE_ENCODERS[name](*shape)
+
+
 class GridEncoder(nn.Sequential):
     """A small grid at full resolution (MiniGrid's 7x7 cells, each a few numbers): two 3x3 convs
     of stride 1 and one of stride 2 (16, 32, 32 filters, ELU): 3x7x7 -> 32x4x4 = 512 features.
@@ -199,10 +212,11 @@ class PartsEncoder(nn.Module):
 
     flat_columns: torch.Tensor
 
-    def __init__(self, layout: Any, hidden_size: int, activation: str, image_encoder: str = "universe"):
+    def __init__(self, layout: Any, hidden_size: int, activation: str, encoder: str = "universe",
+                 feeds_lstm: bool = True):
         super().__init__()
         self.image_parts = [(part.offset, part.offset + part.size, part.shape) for part in layout.images]
-        encoders = [GridEncoder(*part.shape) if part.grid else IMAGE_ENCODERS[image_encoder](*part.shape)
+        encoders = [GridEncoder(*part.shape) if part.grid else image_encoder(encoder, part.shape, feeds_lstm)
                     for part in layout.images]
         self.image_encoders = nn.ModuleList(encoders)
         columns = [i for part in layout.parts if part.kind != "image"
@@ -288,9 +302,9 @@ class ActorCritic(nn.Module):
         self.core = core
         self.encoder: nn.Module
         if layout is not None and layout.images:  # packed images (and maybe more): observations.py
-            self.encoder = PartsEncoder(layout, hidden_size, activation, encoder)
+            self.encoder = PartsEncoder(layout, hidden_size, activation, encoder, feeds_lstm=core == "lstm")
         elif len(obs_shape) == 3:
-            self.encoder = IMAGE_ENCODERS[encoder](obs_shape[0], obs_shape[1])
+            self.encoder = image_encoder(encoder, obs_shape[:2], feeds_lstm=core == "lstm")
         elif len(obs_shape) == 1:
             self.encoder = MlpEncoder(obs_shape[0], hidden_size, activation)
         else:

@@ -181,15 +181,17 @@ def test_every_image_encoder_starts_with_features_the_lstm_can_take(encoder, siz
     assert (gates.abs() > 4).float().mean() < 0.01  # sigmoid' and tanh' below 0.02 there: no gradient through
 
 
-def test_the_impala_encoder_bounds_what_reaches_the_lstm_however_its_stacks_grow():
-    """Training grew the residual stacks' gain until real frames gave features of RMS ~450 and the
-    LSTM died; here every conv's weights are tripled (a gain of ~3 per conv, stacked 15 deep)."""
+@pytest.mark.parametrize("encoder, size", [("impala", 42), ("nature", 84)])
+def test_a_deep_encoder_bounds_what_reaches_the_lstm_however_its_layers_grow(encoder, size):
+    """Training grew the IMPALA stacks' gain until real frames gave features of RMS ~450 and the
+    LSTM died, and the Nature CNN's ReLU features killed it too; here every layer's weights are
+    tripled (a gain of ~3 per layer, 15 deep in IMPALA's, 4 in the Nature CNN)."""
     torch.manual_seed(0)
-    model = ActorCritic((1, 42, 42), 6, encoder="impala")
+    model = ActorCritic((1, size, size), 6, encoder=encoder)
     with torch.no_grad():
-        for conv in (m for m in model.encoder.modules() if isinstance(m, torch.nn.Conv2d)):
-            conv.weight.mul_(3.0)
-        features = model.encoder(torch.randn(64, 1, 42, 42))
+        for layer in (m for m in model.encoder.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))):
+            layer.weight.mul_(3.0)
+        features = model.encoder(torch.randn(64, 1, size, size))
         gates = torch.nn.functional.linear(features, model.lstm.weight_ih_l0,
                                            model.lstm.bias_ih_l0 + model.lstm.bias_hh_l0)
     assert features.square().mean().sqrt() < 2.0
@@ -216,6 +218,21 @@ def test_the_impala_encoder_is_its_paper_written_out():
     expected = torch.relu(torch.nn.functional.linear(torch.relu(out).flatten(1), linear.weight, linear.bias))
     expected = torch.nn.functional.layer_norm(expected, (256,))  # ours: keeps the LSTM's gates unsaturated
     torch.testing.assert_close(encoder(x), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_the_nature_encoder_is_the_papers_network_before_an_mlp_core_and_normalized_before_an_lstm():
+    """The feed-forward core runs the network as the PPO peers do; the LSTM gets a LayerNorm of
+    the same 512 features."""
+    torch.manual_seed(3)
+    feed_forward = ActorCritic((4, 84, 84), 6, core="mlp", encoder="nature")
+    recurrent = ActorCritic((4, 84, 84), 6, encoder="nature")
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in feed_forward.encoder.modules())
+    recurrent.encoder.load_state_dict(feed_forward.encoder.state_dict(), strict=False)
+    x = torch.randn(3, 4, 84, 84)
+    with torch.no_grad():
+        expected = torch.nn.functional.layer_norm(feed_forward.encoder(x), (512,),
+                                                  recurrent.encoder[-1].weight, recurrent.encoder[-1].bias)
+        torch.testing.assert_close(recurrent.encoder(x), expected)
 
 
 def test_the_nature_encoder_refuses_images_too_small_for_its_kernels():
