@@ -164,11 +164,12 @@ IMAGE_ENCODERS: dict[str, type[ConvEncoder] | type[NatureEncoder] | type[ImpalaE
     "universe": ConvEncoder, "nature": NatureEncoder, "impala": ImpalaEncoder}
 
 
-def image_encoder(name: str, shape: tuple[int, ...], feeds_lstm: bool) -> nn.Module:
+def image_encoder(name: str, channels: int, height: int, width: int | None,
+                  feeds_lstm: bool) -> ConvEncoder | NatureEncoder | ImpalaEncoder:
     """`--encoder name` for CxHxW images; only the Nature CNN is built otherwise for an LSTM."""
     if name == "nature":
-        return NatureEncoder(*shape, feeds_lstm=feeds_lstm)
-    return IMAGE_ENCODERS[name](*shape)
+        return NatureEncoder(channels, height, width, feeds_lstm=feeds_lstm)
+    return IMAGE_ENCODERS[name](channels, height, width)
 
 
 class GridEncoder(nn.Sequential):
@@ -216,7 +217,8 @@ class PartsEncoder(nn.Module):
                  feeds_lstm: bool = True):
         super().__init__()
         self.image_parts = [(part.offset, part.offset + part.size, part.shape) for part in layout.images]
-        encoders = [GridEncoder(*part.shape) if part.grid else image_encoder(encoder, part.shape, feeds_lstm)
+        encoders = [GridEncoder(*part.shape) if part.grid
+                    else image_encoder(encoder, part.shape[0], part.shape[1], part.shape[2], feeds_lstm)
                     for part in layout.images]
         self.image_encoders = nn.ModuleList(encoders)
         columns = [i for part in layout.parts if part.kind != "image"
@@ -304,7 +306,7 @@ class ActorCritic(nn.Module):
         if layout is not None and layout.images:  # packed images (and maybe more): observations.py
             self.encoder = PartsEncoder(layout, hidden_size, activation, encoder, feeds_lstm=core == "lstm")
         elif len(obs_shape) == 3:
-            self.encoder = image_encoder(encoder, obs_shape[:2], feeds_lstm=core == "lstm")
+            self.encoder = image_encoder(encoder, obs_shape[0], obs_shape[1], None, feeds_lstm=core == "lstm")
         elif len(obs_shape) == 1:
             self.encoder = MlpEncoder(obs_shape[0], hidden_size, activation)
         else:
