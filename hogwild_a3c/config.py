@@ -127,9 +127,10 @@ class Config:
                      choices=["lstm", "mlp"])
     hidden_size: int = _opt(128, "units of each of the 2 layers of the encoder for vector observations")
     encoder: str = _opt("universe", "what reads Atari frames and images: universe (4 3x3 convs of stride 2, 32 "
-                        "filters, ELU), nature (the DQN Nature paper's 3 convs and 512 units, ReLU, layer-normalized "
-                        "before an LSTM; for --image-size 84), impala (IMPALA's 3 residual stacks and 256 units, layer-normalized; ~9x universe's "
-                        "compute); small grids keep their own", choices=["universe", "nature", "impala"])
+                        "filters, ELU), nature (the DQN Nature paper's 3 convs and 512 units, ReLU, "
+                        "layer-normalized before an LSTM; for --image-size 84), impala (IMPALA's 3 residual stacks "
+                        "and 256 units, layer-normalized; ~9x universe's compute); small grids keep their own",
+                        choices=["universe", "nature", "impala"])
     activation: str = _opt("elu", "activation of the vector encoder", choices=["elu", "tanh"])
     value_net: str = _opt("shared", "shared: the value head shares the policy's encoder and core; separate: with "
                           "--core mlp, an MLP of its own (the lstm core then shares); mlp: an MLP of its own with "

@@ -166,7 +166,7 @@ IMAGE_ENCODERS: dict[str, type[ConvEncoder] | type[NatureEncoder] | type[ImpalaE
 
 def image_encoder(name: str, channels: int, height: int, width: int | None,
                   feeds_lstm: bool) -> ConvEncoder | NatureEncoder | ImpalaEncoder:
-    """`--encoder name` for CxHxW images; only the Nature CNN is built otherwise for an LSTM."""
+    """`--encoder name` for CxHxW images; of the three, only the Nature CNN differs when it feeds an LSTM."""
     if name == "nature":
         return NatureEncoder(channels, height, width, feeds_lstm=feeds_lstm)
     return IMAGE_ENCODERS[name](channels, height, width)
