@@ -68,17 +68,17 @@ def main():
     if unknown:
         parser.error(f"--backends: {', '.join(unknown)} unknown; choose from {', '.join(BUILDERS)}")
 
-    from hogwild_a3c.process import one_thread_per_child
+    from hogwild_a3c.children.process import one_thread_per_child
 
     one_thread_per_child()
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     torch.set_num_threads(1)
-    from hogwild_a3c.acting import step_difference
+    from hogwild_a3c.acting.actor import step_difference
     from hogwild_a3c.config import Config
-    from hogwild_a3c.model import build_model
-    from hogwild_a3c.presets import load_preset
+    from hogwild_a3c.learning.model import build_model
+    from hogwild_a3c.run.presets import load_preset
 
     cfg = Config(**load_preset("atari")[0])
     torch.manual_seed(0)
@@ -214,7 +214,7 @@ class TorchFreeze:
     def refresh(self):
         import torch
 
-        from hogwild_a3c.acting import _StepGraph
+        from hogwild_a3c.acting.actor import _StepGraph
 
         torch.jit.enable_onednn_fusion(self.onednn)
         example = (torch.zeros(8, *self.model.obs_shape), torch.zeros(1, 8, self.model.lstm_size),
@@ -243,7 +243,7 @@ class OnnxRuntimePrepared:
     def __init__(self, model, cfg):
         import onnxruntime
 
-        from hogwild_a3c.acting import OnnxRuntimeActor
+        from hogwild_a3c.acting.actor import OnnxRuntimeActor
 
         self.actor, self.version = OnnxRuntimeActor(model), onnxruntime.__version__
         self.refresh, self.step = self.actor.refresh, self.actor.step
@@ -257,7 +257,7 @@ class _Exported:
     baked = True
 
     def _export(self, model):
-        from hogwild_a3c.acting import _initializers_to_inputs, _statistics, export_step_graph
+        from hogwild_a3c.acting.actor import _initializers_to_inputs, _statistics, export_step_graph
 
         self.model, self.graph = model, export_step_graph(model)
         self.params = dict(model.named_parameters())
@@ -298,7 +298,7 @@ class OnnxRuntimeRebuilt(_Exported):
     def refresh(self):
         import onnxruntime
 
-        from hogwild_a3c.acting import _session_options
+        from hogwild_a3c.acting.actor import _session_options
 
         self._take_weights()
         self.session = onnxruntime.InferenceSession(self.graph.SerializeToString(), _session_options("ORT_ENABLE_ALL"),

@@ -34,7 +34,7 @@ def main():
     cfg, worker, reports = pong_worker(args.preset)
     import torch
 
-    from hogwild_a3c.algo import a3c_loss, rollout_targets
+    from hogwild_a3c.learning.algo import a3c_loss, rollout_targets
 
     model = worker.model
 

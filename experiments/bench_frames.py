@@ -19,8 +19,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchlib import header, markdown_table, results_dir  # noqa: E402
-from hogwild_a3c.atari import UniverseFrames, _linear_resize_matrix  # noqa: E402
-from hogwild_a3c.envs import make_env  # noqa: E402
+from hogwild_a3c.envs.atari import UniverseFrames, _linear_resize_matrix  # noqa: E402
+from hogwild_a3c.envs.make import make_env  # noqa: E402
 
 PONG = {"repeat_action_probability": 0.0}
 

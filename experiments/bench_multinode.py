@@ -38,7 +38,7 @@ from pathlib import Path
 import pandas as pd
 
 from benchlib import REPO, RUNS, header, load_config, markdown_table, results_dir
-from hogwild_a3c.syncer import free_port
+from hogwild_a3c.nodes.syncer import free_port
 
 LAYOUTS = ("one node", "nodes")
 # Throughput also runs N single-machine trainers at once, each pinned as a node is and syncing

@@ -93,7 +93,7 @@ def measure_raw_env(run_dir: Path) -> None:
     """The raw env's steps/s with the run's processes and envs, measured right after the run on the
     same machine (whose speed drifts by hours), kept in the run dir for `--report-only`. A failure
     here is printed and leaves the run's row without the ratio: the runs still to come matter more."""
-    from hogwild_a3c.envs import env_options
+    from hogwild_a3c.envs.make import env_options
 
     cfg = json.loads((run_dir / "config.json").read_text())
     try:

@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 
 from benchlib import REPO, RUNS, header, load_config, markdown_table, results_dir, run_trainer
-from hogwild_a3c.logs import load_run
+from hogwild_a3c.files.logs import load_run
 from hogwild_a3c.plot import eval_curve, plot_runs
 
 # A commit variant runs its own code; every thread pool is held to one thread from outside

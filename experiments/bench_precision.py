@@ -33,7 +33,7 @@ def main():
     cfg, worker, reports = pong_worker(args.preset)
     import torch
 
-    from hogwild_a3c.precision import encoder_context, learn_dtype
+    from hogwild_a3c.learning.precision import encoder_context, learn_dtype
 
     def bf16():
         return torch.autocast("cpu", dtype=torch.bfloat16)

@@ -20,8 +20,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from hogwild_a3c.model import build_model
-from hogwild_a3c.syncer import ParamSync, free_port, start_sync
+from hogwild_a3c.learning.model import build_model
+from hogwild_a3c.nodes.syncer import ParamSync, free_port, start_sync
 
 
 def _writer(params, stop, counter):

@@ -30,7 +30,7 @@ import time
 import pandas as pd
 
 from benchlib import RUNS, header, load_config, markdown_table, results_dir, run_trainer
-from hogwild_a3c.process import cpu_seconds  # benchlib put the repository on the path
+from hogwild_a3c.children.process import cpu_seconds  # benchlib put the repository on the path
 from raw_env import measure_processes, raw_env_steps_per_s
 
 
@@ -38,14 +38,14 @@ def _acting_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, wa
     import torch
 
     torch.set_num_threads(1)
+    from hogwild_a3c.children.reports import InProcessReports
+    from hogwild_a3c.children.shared import HogwildLink, SharedState
+    from hogwild_a3c.children.worker import Worker
     from hogwild_a3c.config import Config
-    from hogwild_a3c.envs import describe_env, register_atari
-    from hogwild_a3c.model import build_model
-    from hogwild_a3c.optim import LrSchedule
-    from hogwild_a3c.presets import load_preset
-    from hogwild_a3c.reports import InProcessReports
-    from hogwild_a3c.shared import HogwildLink, SharedState
-    from hogwild_a3c.worker import Worker
+    from hogwild_a3c.envs.make import describe_env, register_atari
+    from hogwild_a3c.learning.model import build_model
+    from hogwild_a3c.learning.optim import LrSchedule
+    from hogwild_a3c.run.presets import load_preset
 
     register_atari()
     cfg = Config(**{**load_preset(preset)[0], "env": env_id, "env_kwargs": env_kwargs, "envs_per_worker": envs,
@@ -147,7 +147,7 @@ def main():
     parser.add_argument("--eval-episodes", type=int, default=1, help="with --eval-nice: episodes per evaluation")
     args = parser.parse_args()
     workers_list = args.workers or list(range(1, (os.cpu_count() or 1) + 1))
-    from hogwild_a3c.presets import load_preset
+    from hogwild_a3c.run.presets import load_preset
 
     preset_values = load_preset(args.preset)[0]
     args.envs_per_worker = args.envs_per_worker or [preset_values.get("envs_per_worker", 1)]
@@ -157,7 +157,7 @@ def main():
         parser.error(f"--envs-per-worker and --rollout-steps take integers >= 1 (got {bad[0]})")
     env_id, env_kwargs = config["env"], config["env_kwargs"]
     from hogwild_a3c.config import Config
-    from hogwild_a3c.envs import env_options, parse_env_kwargs
+    from hogwild_a3c.envs.make import env_options, parse_env_kwargs
 
     kwargs = parse_env_kwargs(env_kwargs)
     options = env_options(Config(**preset_values))  # the raw env made as the preset's workers make theirs

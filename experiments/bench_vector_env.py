@@ -31,13 +31,13 @@ def main():
     parser.add_argument("--name", default="atari-vector-env")
     args = parser.parse_args()
 
-    from hogwild_a3c.process import one_thread_per_child
+    from hogwild_a3c.children.process import one_thread_per_child
 
     one_thread_per_child()
     import ale_py
     import gymnasium as gym
 
-    from hogwild_a3c.envs import AtariFrame, make_env, parse_env_kwargs, register_atari
+    from hogwild_a3c.envs.make import AtariFrame, make_env, parse_env_kwargs, register_atari
 
     register_atari()
     config = load_config("throughput")

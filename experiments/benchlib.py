@@ -58,7 +58,7 @@ def describe_cpu(found: dict) -> str:
 
 
 def header(title: str, command: str, extra: dict | None = None) -> str:
-    from hogwild_a3c.meta import cpu, versions
+    from hogwild_a3c.files.meta import cpu, versions
 
     lines = [
         f"# {title}",
@@ -96,20 +96,20 @@ def run_trainer(args: list[str], timeout: float | None = None, cwd: Path = REPO,
 def pong_worker(preset: str):
     """One real `Worker` on the throughput config's Pong with `preset`, in this process, one thread
     as the trainer gives each worker, its shared model of its own: (cfg, worker, reports)."""
-    from hogwild_a3c.process import one_thread_per_child
+    from hogwild_a3c.children.process import one_thread_per_child
 
     one_thread_per_child()
     import torch
 
     torch.set_num_threads(1)
+    from hogwild_a3c.children.reports import InProcessReports
+    from hogwild_a3c.children.shared import HogwildLink, SharedState
+    from hogwild_a3c.children.worker import Worker
     from hogwild_a3c.config import Config
-    from hogwild_a3c.envs import describe_env, parse_env_kwargs, register_atari
-    from hogwild_a3c.model import build_model
-    from hogwild_a3c.optim import LrSchedule
-    from hogwild_a3c.presets import load_preset
-    from hogwild_a3c.reports import InProcessReports
-    from hogwild_a3c.shared import HogwildLink, SharedState
-    from hogwild_a3c.worker import Worker
+    from hogwild_a3c.envs.make import describe_env, parse_env_kwargs, register_atari
+    from hogwild_a3c.learning.model import build_model
+    from hogwild_a3c.learning.optim import LrSchedule
+    from hogwild_a3c.run.presets import load_preset
 
     register_atari()
     config = load_config("throughput")

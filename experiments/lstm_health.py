@@ -19,10 +19,10 @@ import argparse
 import numpy as np
 import torch
 
-from hogwild_a3c.checkpoint import load_checkpoint
 from hogwild_a3c.config import config_from_dict
-from hogwild_a3c.envs import make_env
-from hogwild_a3c.model import build_model
+from hogwild_a3c.envs.make import make_env
+from hogwild_a3c.files.checkpoint import load_checkpoint
+from hogwild_a3c.learning.model import build_model
 
 FRAMES = 600
 

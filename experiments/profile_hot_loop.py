@@ -24,25 +24,25 @@ def main():
     parser.add_argument("--envs-per-worker", type=int, help="default: the preset's")
     args = parser.parse_args()
 
-    from hogwild_a3c.process import one_thread_per_child
+    from hogwild_a3c.children.process import one_thread_per_child
 
     one_thread_per_child()
     import torch
 
     torch.set_num_threads(1)
-    from hogwild_a3c.acting import resolve as resolve_acting
+    from hogwild_a3c.acting.actor import resolve as resolve_acting
+    from hogwild_a3c.children.reports import InProcessReports
+    from hogwild_a3c.children.shared import HogwildLink, SharedState
+    from hogwild_a3c.children.worker import Worker
     from hogwild_a3c.config import Config
-    from hogwild_a3c.envs import describe_env, parse_env_kwargs, register_atari
-    from hogwild_a3c.model import build_model
-    from hogwild_a3c.optim import LrSchedule
-    from hogwild_a3c.precision import resolve as resolve_precision
-    from hogwild_a3c.reports import InProcessReports
-    from hogwild_a3c.shared import HogwildLink, SharedState
-    from hogwild_a3c.worker import Worker
+    from hogwild_a3c.envs.make import describe_env, parse_env_kwargs, register_atari
+    from hogwild_a3c.learning.model import build_model
+    from hogwild_a3c.learning.optim import LrSchedule
+    from hogwild_a3c.learning.precision import resolve as resolve_precision
 
     register_atari()
     config = load_config("throughput")
-    from hogwild_a3c.presets import load_preset
+    from hogwild_a3c.run.presets import load_preset
 
     preset = load_preset(args.preset)[0]
     cfg = Config(**{**preset, "env": config["env"], "env_kwargs": parse_env_kwargs(config["env_kwargs"]),

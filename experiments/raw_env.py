@@ -17,7 +17,7 @@ def raw_env_process(env_id, env_kwargs, options, envs, seconds, warmup, barrier,
     import torch
 
     torch.set_num_threads(1)
-    from hogwild_a3c.envs import make_env, register_atari
+    from hogwild_a3c.envs.make import make_env, register_atari
 
     register_atari()
     pool = [make_env(env_id, env_kwargs, **options) for _ in range(envs)]
@@ -43,7 +43,7 @@ def raw_env_process(env_id, env_kwargs, options, envs, seconds, warmup, barrier,
 def measure_processes(target, workers: int, args: tuple) -> float:
     """The summed rate of `workers` processes running `target(*args, barrier, out, rank)`; a
     process that dies or stalls raises here instead of leaving the others waiting."""
-    from hogwild_a3c.process import one_thread_per_child
+    from hogwild_a3c.children.process import one_thread_per_child
 
     one_thread_per_child()  # the same thread settings the trainer gives its workers
     ctx = mp.get_context("spawn")

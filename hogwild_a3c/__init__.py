@@ -17,7 +17,7 @@ def __getattr__(name: str):
     if name in ("load_policy", "Policy", "TrainResult", "resolve_config"):
         return getattr(importlib.import_module(f"{__name__}.api"), name)
     if name == "Callback":
-        return importlib.import_module(f"{__name__}.callbacks").Callback
+        return importlib.import_module(f"{__name__}.run.callbacks").Callback
     if name == "Config":
         return importlib.import_module(f"{__name__}.config").Config
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,13 +20,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from .atari import AtariFrame, is_atari
-from .checkpoint import CheckpointError, check_model_fits, resolve_checkpoint, step_problem
 from .config import OLD_FIELD_NAMES, Config, config_from_dict, flag_name, typed_values, with_current_names
-from .envs import EnvInfo, EnvSpecError, describe_env, env_options, make_env, unconsented_module
-from .files import shown
-from .model import ActorCritic, State, build_model, model_size_problem, sample_actions
-from .session import TrainResult
+from .envs.atari import AtariFrame, is_atari
+from .envs.make import EnvInfo, EnvSpecError, describe_env, env_options, make_env, unconsented_module
+from .files.atomic import shown
+from .files.checkpoint import CheckpointError, check_model_fits, resolve_checkpoint, step_problem
+from .learning.model import ActorCritic, State, build_model, model_size_problem, sample_actions
+from .run.session import TrainResult
 
 __all__ = ["Policy", "PolicyError", "TrainResult", "evaluate", "load_policy", "resolve_config", "train"]
 
@@ -94,10 +94,10 @@ def train(config: Config | str | Path | None = None, *, resume: str | Path | Non
     settings (`--config`); keywords override it. `resume=RUN_DIR` continues a run (then give
     only what may change). `callbacks`: objects with any of `hogwild_a3c.Callback`'s methods,
     called in this process (see callbacks.py). Bad settings raise `ValueError`, one line per problem."""
-    from .callbacks import check_callbacks
-    from .rundir import ConfigError
-    from .session import Session
-    from .training import prepare_given
+    from .files.rundir import ConfigError
+    from .run.callbacks import check_callbacks
+    from .run.prepare import prepare_given
+    from .run.session import Session
 
     _refuse_in_a_spawned_child()
     hooked = check_callbacks(callbacks)
@@ -116,7 +116,7 @@ def resolve_config(config: Config | str | Path | None = None, *, progress: bool 
                    **settings: Any) -> Config:
     """The `Config` that `train` with these arguments would run (the preset applied), without
     running anything: look at it, change a field, and pass it to `train`."""
-    from .rundir import ConfigError, resolve_new
+    from .files.rundir import ConfigError, resolve_new
 
     given = _given(config, progress, settings)
     try:
@@ -240,7 +240,7 @@ def load_policy(path: str | Path, env: str | None = None) -> Policy:
 def evaluate(path: str | Path, episodes: int = 5, greedy: bool = False, seed: int = 0,
              env: str | None = None) -> list[float]:
     """Play `episodes` episodes of a saved policy; their returns."""
-    from .evaluator import play_episode
+    from .children.evaluator import play_episode
 
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ValueError(f"episodes must be an integer >= 1 (got {episodes!r})")

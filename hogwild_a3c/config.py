@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .files import shown
+from .files.atomic import shown
 
 
 def _opt(default: Any, help: str, resumable: bool = False, experiment: bool = True, required_when_saved: bool = False,

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from .api import PolicyError, load_policy
-from .evaluator import play_episode
-from .exit_codes import EXIT_OK, EXIT_USAGE
+from .children.evaluator import play_episode
+from .run.exit_codes import EXIT_OK, EXIT_USAGE
 
 VIDEO_FORMATS = ("mp4", "gif")
 

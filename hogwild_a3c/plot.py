@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from .config import BEFORE_THE_FIELD_EXISTED, Config, experiment_fields
-from .exit_codes import EXIT_OK, EXIT_USAGE
-from .logs import RunReadError, load_run
+from .files.logs import RunReadError, load_run
+from .run.exit_codes import EXIT_OK, EXIT_USAGE
 
 # Config fields that do not change what is being compared: seeds, budgets, bookkeeping.
 NOT_PART_OF_THE_EXPERIMENT = {f.name for f in dataclasses.fields(Config)} - experiment_fields()

@@ -13,7 +13,7 @@ import signal
 import sys
 import types
 
-from .exit_codes import EXIT_SIGINT, EXIT_USAGE
+from .run.exit_codes import EXIT_SIGINT, EXIT_USAGE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,10 +30,10 @@ def _train(argv: list[str] | None) -> tuple[int, bool]:
     previous = signal.signal(signal.SIGINT, lambda signum, _frame: pressed.append(signum))
     session = None
     try:
-        from .logs import CsvSchemaError
-        from .rundir import ConfigError
-        from .session import Session
-        from .training import prepare
+        from .files.logs import CsvSchemaError
+        from .files.rundir import ConfigError
+        from .run.prepare import prepare
+        from .run.session import Session
 
         if not pressed:
             session = Session(prepare(argv), argv)

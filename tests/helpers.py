@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from hogwild_a3c import train
-from hogwild_a3c.shared import copy_weights
+from hogwild_a3c.children.shared import copy_weights
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import tests.envs  # noqa: F401 - registers the test envs
-from hogwild_a3c import acting, train
-from hogwild_a3c.acting import (
+from hogwild_a3c import train
+from hogwild_a3c.acting.actor import (
     OnnxRuntimeActor,
     TorchActor,
     make_actor,
@@ -17,15 +17,16 @@ from hogwild_a3c.acting import (
     trial_difference,
     trial_steps,
 )
+from hogwild_a3c.acting.actor import actor as acting
+from hogwild_a3c.children.evaluator import play_episodes
+from hogwild_a3c.children.reports import InProcessReports
+from hogwild_a3c.children.shared import HogwildLink, SharedState
+from hogwild_a3c.children.worker import Worker
 from hogwild_a3c.config import Config
-from hogwild_a3c.envs import describe_env, make_env
-from hogwild_a3c.evaluator import play_episodes
-from hogwild_a3c.model import build_model
-from hogwild_a3c.optim import LrSchedule
-from hogwild_a3c.reports import InProcessReports
-from hogwild_a3c.shared import HogwildLink, SharedState
-from hogwild_a3c.training import ConfigError, prepare
-from hogwild_a3c.worker import Worker
+from hogwild_a3c.envs.make import describe_env, make_env
+from hogwild_a3c.learning.model import build_model
+from hogwild_a3c.learning.optim import LrSchedule
+from hogwild_a3c.run.prepare import ConfigError, prepare
 
 
 def conv_worker(act_backend="onnxruntime", learn_precision="float32", env="tests.envs:CueImage-v0", epochs=1):
@@ -342,7 +343,7 @@ def test_the_learn_step_takes_the_first_pass_from_the_kept_activations(monkeypat
         (torch.log_softmax(logits, -1).sum() + values.square().sum()).backward()
         return [p.grad.clone() for p in worker.model.parameters()]
 
-    from hogwild_a3c.encoder_grad import KeptActivations
+    from hogwild_a3c.learning.encoder_grad import KeptActivations
 
     if epochs == 1:
         expected = gradients(None)
@@ -367,7 +368,7 @@ def test_a_workers_learn_step_takes_the_gradient_of_a_float32_replay(precision):
     import dataclasses
     from contextlib import suppress
 
-    from hogwild_a3c.precision import encoder_context, learn_dtype
+    from hogwild_a3c.learning.precision import encoder_context, learn_dtype
 
     worker, _ = conv_worker(env="ALE/Pong-v5", learn_precision=precision)
     rollout = worker.collect()

@@ -3,8 +3,8 @@ numpy's own mean and std, and the worker's gradient against a reference fed thos
 import numpy as np
 import torch
 
-from hogwild_a3c.algo import a3c_loss, normalized_advantages
-from hogwild_a3c.rundir import resolve_new
+from hogwild_a3c.files.rundir import resolve_new
+from hogwild_a3c.learning.algo import a3c_loss, normalized_advantages
 from tests.test_epochs import make_worker, targets
 
 

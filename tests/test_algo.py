@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from hogwild_a3c.algo import a3c_loss, discount, rollout_targets, segment_targets
+from hogwild_a3c.learning.algo import a3c_loss, discount, rollout_targets, segment_targets
 
 
 def slow_discount(x, gamma):

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import hogwild_a3c
-from hogwild_a3c.checkpoint import save_checkpoint
 from hogwild_a3c.config import Config, config_from_dict
-from hogwild_a3c.envs import register_atari
-from hogwild_a3c.model import build_model
+from hogwild_a3c.envs.make import register_atari
+from hogwild_a3c.files.checkpoint import save_checkpoint
+from hogwild_a3c.learning.model import build_model
 from tests.helpers import REPO
 
 SMALL = dict(env="CartPole-v1", lstm_size=16, eval_episodes=0, progress=False)

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 import torch
 
+from hogwild_a3c.children.reports import InProcessReports
+from hogwild_a3c.children.shared import HogwildLink, SharedState
+from hogwild_a3c.children.worker import Worker
 from hogwild_a3c.config import Config
-from hogwild_a3c.envs import AtariSteps, EnvSpecError, describe_env, env_options, make_env, register_atari
-from hogwild_a3c.model import build_model
-from hogwild_a3c.optim import LrSchedule
-from hogwild_a3c.reports import InProcessReports
-from hogwild_a3c.shared import HogwildLink, SharedState
-from hogwild_a3c.worker import Worker
+from hogwild_a3c.envs.make import AtariSteps, EnvSpecError, describe_env, env_options, make_env, register_atari
+from hogwild_a3c.learning.model import build_model
+from hogwild_a3c.learning.optim import LrSchedule
 
 register_atari()
 NOOP, FIRE = 0, 1

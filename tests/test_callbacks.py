@@ -6,7 +6,7 @@ import pytest
 
 import hogwild_a3c
 from hogwild_a3c import Callback
-from hogwild_a3c.callbacks import Evaluation
+from hogwild_a3c.run.callbacks import Evaluation
 
 SMALL = dict(env="CartPole-v1", lstm_size=16, num_workers=0, progress=False, progress_interval=0.05)
 

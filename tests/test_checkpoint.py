@@ -8,13 +8,19 @@ import pytest
 import torch
 
 from hogwild_a3c import train
-from hogwild_a3c.checkpoint import Progress, load_checkpoint, resolve_checkpoint, restore_training, training_payload
+from hogwild_a3c.children.evaluator import Evaluator
+from hogwild_a3c.children.shared import SharedState
 from hogwild_a3c.config import Config
-from hogwild_a3c.envs import describe_env
-from hogwild_a3c.evaluator import Evaluator
-from hogwild_a3c.model import build_model
-from hogwild_a3c.optim import LrSchedule
-from hogwild_a3c.shared import SharedState
+from hogwild_a3c.envs.make import describe_env
+from hogwild_a3c.files.checkpoint import (
+    Progress,
+    load_checkpoint,
+    resolve_checkpoint,
+    restore_training,
+    training_payload,
+)
+from hogwild_a3c.learning.model import build_model
+from hogwild_a3c.learning.optim import LrSchedule
 from tests.helpers import CARTPOLE, FixedLink, last_session
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from hogwild_a3c import evaluate, plot
 from hogwild_a3c.config import HELP_GROUPS, Config, build_parser
-from hogwild_a3c.envs import EnvSpecError, check_spawnable, describe_env
+from hogwild_a3c.envs.make import EnvSpecError, check_spawnable, describe_env
 from tests.helpers import REPO
 
 
@@ -98,7 +98,7 @@ def run_python(tmp_path, code: str, script: bool) -> str:
 USER_ENV = """
 import gymnasium as gym
 import numpy as np
-from hogwild_a3c.envs import check_spawnable
+from hogwild_a3c.envs.make import check_spawnable
 
 class MyEnv(gym.Env):
     observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)

@@ -3,8 +3,8 @@ the encoder itself (the slow reference: a forward with autograd, then its backwa
 import pytest
 import torch
 
-from hogwild_a3c.encoder_grad import KeptActivations, conv_elu_chain, features_from_activations
-from hogwild_a3c.model import ActorCritic, ConvEncoder, GridEncoder, ImpalaEncoder, NatureEncoder, build_model
+from hogwild_a3c.learning.encoder_grad import KeptActivations, conv_elu_chain, features_from_activations
+from hogwild_a3c.learning.model import ActorCritic, ConvEncoder, GridEncoder, ImpalaEncoder, NatureEncoder, build_model
 
 
 def elu_outputs(encoder, frames):

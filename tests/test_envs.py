@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from hogwild_a3c.envs import EnvSpecError, UniverseFrames, describe_env, make_env, parse_env_kwargs
+from hogwild_a3c.envs.make import EnvSpecError, UniverseFrames, describe_env, make_env, parse_env_kwargs
 from tests.helpers import slow_linear_resize
 
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from hogwild_a3c.children.evaluator import play_episode, play_episodes
 from hogwild_a3c.config import Config
-from hogwild_a3c.envs import describe_env
-from hogwild_a3c.evaluator import play_episode, play_episodes
-from hogwild_a3c.lstm_watch import LstmWatch
-from hogwild_a3c.model import build_model
+from hogwild_a3c.envs.make import describe_env
+from hogwild_a3c.learning.lstm_watch import LstmWatch
+from hogwild_a3c.learning.model import build_model
 
 
 class FirstAction:

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from hogwild_a3c import train
-from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, load_latest, save_checkpoint
-from hogwild_a3c.supervisor import InProcessChildren
+from hogwild_a3c.children.supervisor import InProcessChildren
+from hogwild_a3c.files.checkpoint import CheckpointError, load_checkpoint, load_latest, save_checkpoint
 from tests.helpers import CARTPOLE, alive, finish, last_progress, last_session, start_training, wait_for
 
 # -- environments that raise or return NaN ---------------------------------------------------

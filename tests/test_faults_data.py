@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from hogwild_a3c import evaluate, train
-from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from hogwild_a3c.training import prepare
+from hogwild_a3c.files.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from hogwild_a3c.run.prepare import prepare
 from tests.helpers import (
     CARTPOLE,
     REPO,
@@ -169,7 +169,7 @@ def test_a_damaged_saved_file_is_refused_in_one_line_and_nothing_is_written(tmp_
 def test_a_run_saved_before_the_forget_bias_setting_resumes_as_the_run_it_was(tmp_path):
     """Runs started before `lstm_forget_bias` existed were initialised with 0.0 and saved no such
     key: their config reads back as 0.0 (not today's default, 1.0), and they resume."""
-    from hogwild_a3c.rundir import read_saved_config
+    from hogwild_a3c.files.rundir import read_saved_config
 
     run_dir = serial_run(tmp_path / "run", "--lstm-size", "8")
     config_path = run_dir / "config.json"

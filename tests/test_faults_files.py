@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from hogwild_a3c import evaluate, train
-from hogwild_a3c.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from hogwild_a3c.files.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tests.helpers import (
     REPO,
     finish,
@@ -136,7 +136,7 @@ def test_a_run_directory_deleted_mid_run_stops_the_run_and_is_not_recreated(tmp_
 # A real save (`atomic_save`) whose bytes never finish: the writer is killed, or kept alive, there.
 STUCK_WRITER = """
 import sys, time
-from hogwild_a3c import checkpoint
+from hogwild_a3c.files.atomic import checkpoint
 
 def stuck(payload, f):
     f.write(b"partial")

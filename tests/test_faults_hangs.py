@@ -11,7 +11,7 @@ import time
 import pytest
 
 from hogwild_a3c import train
-from hogwild_a3c.checkpoint import load_checkpoint
+from hogwild_a3c.files.checkpoint import load_checkpoint
 from tests.helpers import REPO, alive, finish, last_session, start_run, start_training, wait_for
 
 # The README's bound: after a child dies the main process notices within a second, and a stop

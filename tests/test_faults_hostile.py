@@ -19,7 +19,7 @@ import torch
 import hogwild_a3c
 from hogwild_a3c import train
 from hogwild_a3c.api import PolicyError
-from hogwild_a3c.checkpoint import load_checkpoint, save_checkpoint
+from hogwild_a3c.files.checkpoint import load_checkpoint, save_checkpoint
 from tests.helpers import (
     CARTPOLE,
     REPO,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hogwild_a3c import load_policy, train
-from hogwild_a3c.envs import EnvSpecError, describe_env, make_env
+from hogwild_a3c.envs.make import EnvSpecError, describe_env, make_env
 from tests.helpers import one_error_line, small_pong_run
 
 PONG = ("ALE/Pong-v5", {"repeat_action_probability": 0.0})

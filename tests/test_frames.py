@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hogwild_a3c import load_policy
-from hogwild_a3c.envs import AtariFrame, EnvSpecError, describe_env, make_env
+from hogwild_a3c.envs.make import AtariFrame, EnvSpecError, describe_env, make_env
 from tests.helpers import slow_linear_resize, small_pong_run
 
 

@@ -4,11 +4,11 @@ import multiprocessing as mp
 import pytest
 import torch
 
-from hogwild_a3c.model import ActorCritic
-from hogwild_a3c.optim import LrSchedule, SharedAdam, build_optimizer, moment_keys, new_optimizer_state
-from hogwild_a3c.process import flush_denormals, run_child
-from hogwild_a3c.reports import InProcessReports
-from hogwild_a3c.shared import HogwildLink, SharedState, copy_weights, hand_over_gradients
+from hogwild_a3c.children.process import flush_denormals, run_child
+from hogwild_a3c.children.reports import InProcessReports
+from hogwild_a3c.children.shared import HogwildLink, SharedState, copy_weights, hand_over_gradients
+from hogwild_a3c.learning.model import ActorCritic
+from hogwild_a3c.learning.optim import LrSchedule, SharedAdam, build_optimizer, moment_keys, new_optimizer_state
 
 
 def _loss(model):
@@ -87,7 +87,7 @@ def test_every_optimizer_the_flag_offers_is_one_the_link_builds():
     import dataclasses
 
     from hogwild_a3c.config import Config
-    from hogwild_a3c.optim import OPTIMIZER_KINDS
+    from hogwild_a3c.learning.optim import OPTIMIZER_KINDS
 
     choices = next(f for f in dataclasses.fields(Config) if f.name == "optimizer").metadata["choices"]
     assert tuple(choices) == OPTIMIZER_KINDS
@@ -189,9 +189,9 @@ def test_a_workers_update_does_not_import_torch_dynamo():
     code = (
         "import sys, torch\n"
         "from tests.test_hogwild import _child_pushes_one_update\n"
-        "from hogwild_a3c.model import ActorCritic\n"
-        "from hogwild_a3c.shared import SharedState\n"
-        "from hogwild_a3c.optim import LrSchedule\n"
+        "from hogwild_a3c.learning.model import ActorCritic\n"
+        "from hogwild_a3c.children.shared import SharedState\n"
+        "from hogwild_a3c.learning.optim import LrSchedule\n"
         "shared = SharedState.create(ActorCritic((3,), 2, lstm_size=8), 2, 'adam', LrSchedule(1e-3))\n"
         "_child_pushes_one_update(shared.for_child(1))\n"
         "assert torch.all(shared.optimizer_states[1]['step'] == 1)\n"

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from hogwild_a3c import train
-from hogwild_a3c.checkpoint import load_checkpoint, save_checkpoint
+from hogwild_a3c.children.evaluator import Evaluator
 from hogwild_a3c.config import Config
-from hogwild_a3c.envs import describe_env
-from hogwild_a3c.evaluator import Evaluator
-from hogwild_a3c.lstm_watch import DEAD_CELL, LstmWatch
-from hogwild_a3c.model import build_model
+from hogwild_a3c.envs.make import describe_env
+from hogwild_a3c.files.checkpoint import load_checkpoint, save_checkpoint
+from hogwild_a3c.learning.lstm_watch import DEAD_CELL, LstmWatch
+from hogwild_a3c.learning.model import build_model
 from tests.helpers import FixedLink
 
 EPISODE = 120  # Counting-v0 steps per episode: long enough for a dead cell to pass DEAD_CELL

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from hogwild_a3c.model import ActorCritic, ConvEncoder, GridEncoder
+from hogwild_a3c.learning.model import ActorCritic, ConvEncoder, GridEncoder
 
 
 def steps_agree_with_replay(model, obs):

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 
 from hogwild_a3c import plot, train
-from hogwild_a3c.checkpoint import load_checkpoint
-from hogwild_a3c.logs import load_run
-from hogwild_a3c.nodes import Node
-from hogwild_a3c.worker import worker_seed
+from hogwild_a3c.children.worker import worker_seed
+from hogwild_a3c.files.checkpoint import load_checkpoint
+from hogwild_a3c.files.logs import load_run
+from hogwild_a3c.nodes.node import Node
 from tests.helpers import REPO
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2"]

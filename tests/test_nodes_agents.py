@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hogwild_a3c.checkpoint import load_checkpoint
+from hogwild_a3c.files.checkpoint import load_checkpoint
 from tests.helpers import REPO
 
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "GLOO_SOCKET_IFNAME": "lo"}

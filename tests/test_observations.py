@@ -12,10 +12,10 @@ import torch
 
 import hogwild_a3c
 from hogwild_a3c import evaluate
-from hogwild_a3c.envs import EnvSpecError, describe_env, make_env
-from hogwild_a3c.model import build_model
-from hogwild_a3c.observations import ObservationError, layout_of
-from hogwild_a3c.presets import auto_preset
+from hogwild_a3c.envs.make import EnvSpecError, describe_env, make_env
+from hogwild_a3c.envs.observations import ObservationError, layout_of
+from hogwild_a3c.learning.model import build_model
+from hogwild_a3c.run.presets import auto_preset
 from tests import envs as test_envs  # noqa: F401 - registers the test envs
 
 CUE_DICT = "tests.envs:CueDict-v0"

@@ -36,14 +36,14 @@ def test_plot_command_writes_a_png(tiny_runs, tmp_path):
 
 
 def test_seeds_of_one_config_are_grouped(tiny_runs):
-    from hogwild_a3c.logs import load_run
+    from hogwild_a3c.files.logs import load_run
 
     groups = plot.group_by_config([load_run(r) for r in tiny_runs])
     assert sorted(len(g) for g in groups.values()) == [1, 2]
 
 
 def test_a_run_saved_before_a_setting_existed_groups_with_its_seeds_saved_after(tiny_runs):
-    from hogwild_a3c.logs import load_run
+    from hogwild_a3c.files.logs import load_run
 
     runs = [load_run(r) for r in tiny_runs]
     for newer in ("epochs", "ratio_clip", "frame_stack"):  # settings added after the first runs were saved
@@ -54,7 +54,7 @@ def test_a_run_saved_before_a_setting_existed_groups_with_its_seeds_saved_after(
 
 
 def test_labels_draw_each_run_on_its_own(tiny_runs, tmp_path, capsys):
-    from hogwild_a3c.logs import load_run
+    from hogwild_a3c.files.logs import load_run
 
     runs = [load_run(r) for r in tiny_runs]
     groups = plot.labelled_groups(runs, ["before", "after", "other"])

@@ -3,10 +3,10 @@ with everything after the encoder in float32, and `auto` picks it only where it 
 import pytest
 import torch
 
-from hogwild_a3c import precision
 from hogwild_a3c.config import Config
-from hogwild_a3c.model import build_model
-from hogwild_a3c.precision import encoder_context, resolve
+from hogwild_a3c.learning import precision
+from hogwild_a3c.learning.model import build_model
+from hogwild_a3c.learning.precision import encoder_context, resolve
 
 
 def gradients(model, obs, state, resets, context):

@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from hogwild_a3c import train
-from hogwild_a3c.algo import a3c_loss
-from hogwild_a3c.checkpoint import load_checkpoint
 from hogwild_a3c.config import PRESET_FIELDS, Config
-from hogwild_a3c.model import ActorCritic, RunningMoments
-from hogwild_a3c.presets import available, load_preset, resolve
-from hogwild_a3c.rundir import ConfigError, resolve_new
+from hogwild_a3c.files.checkpoint import load_checkpoint
+from hogwild_a3c.files.rundir import ConfigError, resolve_new
+from hogwild_a3c.learning.algo import a3c_loss
+from hogwild_a3c.learning.model import ActorCritic, RunningMoments
+from hogwild_a3c.run.presets import available, load_preset, resolve
 
 UNIVERSE_VALUES = {name: getattr(Config(), name) for name in PRESET_FIELDS}
 

@@ -6,11 +6,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hogwild_a3c.callbacks import Evaluation
+from hogwild_a3c.children.messages import PidsChanged
 from hogwild_a3c.config import Config
-from hogwild_a3c.logs import PROGRESS_COLUMNS, CsvSchemaError, complete_length
-from hogwild_a3c.messages import PidsChanged
-from hogwild_a3c.recorder import Recorder
+from hogwild_a3c.files.logs import PROGRESS_COLUMNS, CsvSchemaError, complete_length
+from hogwild_a3c.run.callbacks import Evaluation
+from hogwild_a3c.run.recorder import Recorder
 
 
 def test_a_session_is_recorded_in_every_file(tmp_path):
@@ -71,7 +71,7 @@ def test_a_foreign_csv_stops_the_recorder_before_it_writes_anything(tmp_path):
 
 
 def test_a_progress_csv_of_an_earlier_version_gets_the_new_columns_and_keeps_its_rows(tmp_path):
-    from hogwild_a3c.logs import EARLIER_SCHEMAS
+    from hogwild_a3c.files.logs import EARLIER_SCHEMAS
 
     earlier = EARLIER_SCHEMAS["progress.csv"][-1]
     old_row = ",".join(str(i) for i in range(len(earlier)))
@@ -93,7 +93,7 @@ def test_a_progress_csv_of_an_earlier_version_gets_the_new_columns_and_keeps_its
 def test_an_earlier_progress_csv_as_csv_writer_wrote_it_or_with_no_rows_is_upgraded(tmp_path):
     import csv
 
-    from hogwild_a3c.logs import EARLIER_SCHEMAS
+    from hogwild_a3c.files.logs import EARLIER_SCHEMAS
 
     earlier = EARLIER_SCHEMAS["progress.csv"][-1]
     for rows in ([], [[str(i) for i in range(len(earlier))], ["0.5"] * len(earlier)]):
@@ -108,7 +108,7 @@ def test_an_earlier_progress_csv_as_csv_writer_wrote_it_or_with_no_rows_is_upgra
 
 
 def test_an_earlier_progress_csv_with_a_ragged_row_is_refused_before_anything_is_written(tmp_path):
-    from hogwild_a3c.logs import EARLIER_SCHEMAS
+    from hogwild_a3c.files.logs import EARLIER_SCHEMAS
 
     text = ",".join(EARLIER_SCHEMAS["progress.csv"][-1]) + "\n1,2,3\n"
     (tmp_path / "progress.csv").write_text(text)
@@ -119,7 +119,7 @@ def test_an_earlier_progress_csv_with_a_ragged_row_is_refused_before_anything_is
 
 
 def test_an_earlier_progress_csv_is_left_alone_when_another_file_is_foreign(tmp_path):
-    from hogwild_a3c.logs import EARLIER_SCHEMAS
+    from hogwild_a3c.files.logs import EARLIER_SCHEMAS
 
     text = ",".join(EARLIER_SCHEMAS["progress.csv"][-1]) + "\n"
     (tmp_path / "progress.csv").write_text(text)
@@ -130,7 +130,7 @@ def test_an_earlier_progress_csv_is_left_alone_when_another_file_is_foreign(tmp_
 
 
 def test_last_time_s_reads_the_last_complete_row(tmp_path):
-    from hogwild_a3c.logs import last_time_s
+    from hogwild_a3c.files.logs import last_time_s
 
     path = tmp_path / "progress.csv"
     assert last_time_s(path) == 0.0  # no file: a clock that starts at 0
@@ -157,7 +157,7 @@ class ListWriter:
 
 
 def test_every_writer_gets_every_table_and_the_scalar_sinks_show_their_series(tmp_path):
-    from hogwild_a3c.writers import scalars
+    from hogwild_a3c.files.writers import scalars
 
     recorder = Recorder(tmp_path, Config(env="CartPole-v1", num_workers=1), None, [], session=0, global_step=0)
     sink = ListWriter(tmp_path)

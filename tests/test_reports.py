@@ -4,8 +4,8 @@ import os
 import struct
 import time
 
-from hogwild_a3c.messages import ChildRaised, EpisodeEnded, Evaluated
-from hogwild_a3c.reports import ReportWriter, report_pipe
+from hogwild_a3c.children.messages import ChildRaised, EpisodeEnded, Evaluated
+from hogwild_a3c.children.reports import ReportWriter, report_pipe
 
 
 def _send_then_die_mid_frame(connection):

@@ -6,16 +6,16 @@ import math
 import pandas as pd
 import torch
 
-from hogwild_a3c.checkpoint import Progress, load_checkpoint
+from hogwild_a3c.children.messages import ChildRaised, EpisodeEnded, Evaluated, MustStop, PidsChanged, Said, WriteFailed
+from hogwild_a3c.children.shared import STAT, SharedState
 from hogwild_a3c.config import Config
-from hogwild_a3c.lstm_watch import LstmHealth
-from hogwild_a3c.messages import ChildRaised, EpisodeEnded, Evaluated, MustStop, PidsChanged, Said, WriteFailed
-from hogwild_a3c.model import build_model
-from hogwild_a3c.optim import LrSchedule
-from hogwild_a3c.recorder import Recorder
-from hogwild_a3c.run_loop import RunLoop
-from hogwild_a3c.shared import STAT, SharedState
-from hogwild_a3c.stop_policy import EXIT_FAILED, StopPolicy
+from hogwild_a3c.files.checkpoint import Progress, load_checkpoint
+from hogwild_a3c.learning.lstm_watch import LstmHealth
+from hogwild_a3c.learning.model import build_model
+from hogwild_a3c.learning.optim import LrSchedule
+from hogwild_a3c.run.recorder import Recorder
+from hogwild_a3c.run.run_loop import RunLoop
+from hogwild_a3c.run.stop_rules import EXIT_FAILED, StopPolicy
 
 
 class Children:

@@ -3,11 +3,11 @@ import signal
 
 import torch
 
-from hogwild_a3c.callbacks import Evaluation
+from hogwild_a3c.children.shared import STAT, STAT_NAMES
 from hogwild_a3c.config import Config
-from hogwild_a3c.observers import TargetReturn
-from hogwild_a3c.shared import STAT, STAT_NAMES
-from hogwild_a3c.stop_policy import StopPolicy
+from hogwild_a3c.run.callbacks import Evaluation
+from hogwild_a3c.run.observers import TargetReturn
+from hogwild_a3c.run.stop_rules import StopPolicy
 
 
 def policy(under_torchrun=False, **overrides):

@@ -7,13 +7,13 @@ import time
 
 import pytest
 
+from hogwild_a3c.children.messages import MustStop, Said
+from hogwild_a3c.children.shared import NOT_READY, SharedState
+from hogwild_a3c.children.supervisor import ProcessChildren, RestartBudget
 from hogwild_a3c.config import Config
-from hogwild_a3c.envs import describe_env
-from hogwild_a3c.messages import MustStop, Said
-from hogwild_a3c.model import build_model
-from hogwild_a3c.optim import LrSchedule
-from hogwild_a3c.shared import NOT_READY, SharedState
-from hogwild_a3c.supervisor import ProcessChildren, RestartBudget
+from hogwild_a3c.envs.make import describe_env
+from hogwild_a3c.learning.model import build_model
+from hogwild_a3c.learning.optim import LrSchedule
 from tests.helpers import alive
 
 
@@ -116,7 +116,7 @@ def _spender(seconds_of_cpu):
 
 
 def test_cpu_share_is_the_evaluators_part_of_the_childrens_cpu_time():
-    from hogwild_a3c.process import CpuShare
+    from hogwild_a3c.children.process import CpuShare
 
     busy, idle = _spender(0.6), _spender(0.0)
     try:

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from hogwild_a3c.model import build_model
-from hogwild_a3c.syncer import (
+from hogwild_a3c.learning.model import build_model
+from hogwild_a3c.nodes.syncer import (
     FAILED,
     REFUSED,
     RUNNING,
@@ -119,7 +119,7 @@ def _exact_node(rank, world, port, mode, out_dir):
     params = small_params(rank)  # different weights per node: the start broadcast must fix that
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=20))
-    from hogwild_a3c.syncer import start_sync
+    from hogwild_a3c.nodes.syncer import start_sync
 
     sync = ParamSync(params, mode=mode)
     source, step = start_sync(sync, progress=0)
@@ -491,7 +491,7 @@ def test_nodes_with_different_settings_or_models_are_refused_naming_the_fields(t
 
 
 def shared_moments(shape=(3,)):
-    from hogwild_a3c.model import RunningMoments
+    from hogwild_a3c.learning.model import RunningMoments
 
     moments = RunningMoments(shape)
     moments.share_memory()
@@ -512,7 +512,7 @@ def assert_moments_of(moments, stream):
 def test_in_process_statistics_merge_to_those_of_the_joined_stream():
     """Two nodes in one process with a hand-made SUM; node b's workers fold a batch in while the
     "all-reduce" is in flight: it stays on b and reaches a with the next round."""
-    from hogwild_a3c.syncer import MomentsSync
+    from hogwild_a3c.nodes.syncer import MomentsSync
 
     rng = np.random.default_rng(0)
     a, b = shared_moments(), shared_moments()

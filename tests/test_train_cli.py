@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from hogwild_a3c import train
-from hogwild_a3c.checkpoint import load_checkpoint
-from hogwild_a3c.logs import EPISODES_COLUMNS, EVAL_COLUMNS, PROGRESS_COLUMNS, load_run
+from hogwild_a3c.files.checkpoint import load_checkpoint
+from hogwild_a3c.files.logs import EPISODES_COLUMNS, EVAL_COLUMNS, PROGRESS_COLUMNS, load_run
 from tests.helpers import TINY
 
 

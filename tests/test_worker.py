@@ -3,13 +3,13 @@ import numpy as np
 import torch
 
 import tests.envs  # noqa: F401
+from hogwild_a3c.children.reports import InProcessReports
+from hogwild_a3c.children.shared import STAT, HogwildLink, SharedState
+from hogwild_a3c.children.worker import Worker
 from hogwild_a3c.config import Config
-from hogwild_a3c.envs import describe_env
-from hogwild_a3c.model import build_model
-from hogwild_a3c.optim import LrSchedule
-from hogwild_a3c.reports import InProcessReports
-from hogwild_a3c.shared import STAT, HogwildLink, SharedState
-from hogwild_a3c.worker import Worker
+from hogwild_a3c.envs.make import describe_env
+from hogwild_a3c.learning.model import build_model
+from hogwild_a3c.learning.optim import LrSchedule
 
 
 def make_worker(env="tests.envs:Counting-v0", envs_per_worker=1, rollout_steps=5, **env_kwargs):

@@ -5,12 +5,12 @@ import numpy as np
 import torch
 
 import tests.envs  # noqa: F401
-from hogwild_a3c.algo import a3c_loss, rollout_targets
+from hogwild_a3c.children.shared import copy_weights
+from hogwild_a3c.children.worker import Worker
 from hogwild_a3c.config import Config
-from hogwild_a3c.envs import describe_env
-from hogwild_a3c.model import build_model
-from hogwild_a3c.shared import copy_weights
-from hogwild_a3c.worker import Worker
+from hogwild_a3c.envs.make import describe_env
+from hogwild_a3c.learning.algo import a3c_loss, rollout_targets
+from hogwild_a3c.learning.model import build_model
 
 
 class RecordingLink:
