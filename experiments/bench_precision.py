@@ -69,7 +69,7 @@ def main():
                 grads.append(torch.cat([p.grad.flatten() for p in worker.params]))
                 raise GradientTaken
         with context(), contextlib.suppress(GradientTaken):
-            worker.learn(seen, phase_done=grab)
+            worker.learner.learn(seen, phase_done=grab)
         return grads[0]
 
     def compare(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
@@ -88,7 +88,7 @@ def main():
             context, seen = arm(rollout, name)
             with context():
                 start = time.perf_counter()
-                worker.learn(seen)
+                worker.learner.learn(seen)
                 learn = time.perf_counter() - start
                 start = time.perf_counter()
                 with torch.no_grad():

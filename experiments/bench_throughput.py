@@ -51,7 +51,7 @@ def _acting_process(env_id, env_kwargs, envs, preset, rollout_steps, seconds, wa
     cfg = Config(**{**load_preset(preset)[0], "env": env_id, "env_kwargs": env_kwargs, "envs_per_worker": envs,
                     "rollout_steps": rollout_steps})
     info = describe_env(env_id, env_kwargs)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, "adam", LrSchedule(1e-4))
+    shared = SharedState.create(build_model(info.obs_shape, info.distribution, cfg), 1, "adam", LrSchedule(1e-4))
     reports = InProcessReports()
     worker = Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=rank)
     barrier.wait()

@@ -116,7 +116,7 @@ def pong_worker(preset: str):
     cfg = Config(**{**load_preset(preset)[0], "env": config["env"],
                     "env_kwargs": parse_env_kwargs(config["env_kwargs"])})
     info = describe_env(cfg.env, cfg.env_kwargs)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, cfg), 1, cfg.optimizer,
+    shared = SharedState.create(build_model(info.obs_shape, info.distribution, cfg), 1, cfg.optimizer,
                                 LrSchedule(cfg.lr))
     reports = InProcessReports()
     return cfg, Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=0), reports

@@ -48,7 +48,7 @@ def main():
     cfg = Config(**{**preset, "env": config["env"], "env_kwargs": parse_env_kwargs(config["env_kwargs"]),
                     "envs_per_worker": args.envs_per_worker or preset.get("envs_per_worker", 1)})
     info = describe_env(cfg.env, cfg.env_kwargs)
-    model = build_model(info.obs_shape, info.num_actions, cfg)
+    model = build_model(info.obs_shape, info.distribution, cfg)
     # As a run's main process does: the worker gets the backend and precision this machine resolved,
     # not "auto", which the learn step would read as float32.
     act_backend, acting_line = resolve_acting(cfg.act_backend, model)
@@ -66,7 +66,7 @@ def main():
         marks.append(("pull", time.perf_counter()))
         rollout = worker.collect()
         marks.append((f"act ({cfg.rollout_steps} steps x {cfg.envs_per_worker} envs)", time.perf_counter()))
-        worker.learn(rollout, phase_done=lambda phase, marks=marks: marks.append((phase, time.perf_counter())))
+        worker.learner.learn(rollout, phase_done=lambda phase, marks=marks: marks.append((phase, time.perf_counter())))
         reports.read()
         if index >= 20:  # warm-up rollouts are not counted
             for (_, before), (name, after) in zip(marks, marks[1:]):
@@ -84,7 +84,7 @@ def main():
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(50):
-            worker.learn(rollout)
+            worker.learner.learn(rollout)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 

@@ -25,7 +25,8 @@ from .envs.atari import AtariFrame, is_atari
 from .envs.make import EnvInfo, EnvSpecError, describe_env, env_options, make_env, unconsented_module
 from .files.atomic import shown
 from .files.checkpoint import CheckpointError, check_model_fits, resolve_checkpoint, step_problem
-from .learning.model import ActorCritic, State, build_model, model_size_problem, sample_actions
+from .learning.distributions import choose
+from .learning.model import ActorCritic, State, model_for_env, model_size_problem
 from .run.session import TrainResult
 
 __all__ = ["Policy", "PolicyError", "TrainResult", "evaluate", "load_policy", "resolve_config", "train"]
@@ -185,7 +186,7 @@ class Policy:
                              "(use the env from make_env())")
         obs = obs.astype(np.float32, copy=False)
         if not np.isfinite(obs).all():
-            # A NaN reaches the logits as NaN, and sampling from NaN logits quietly returns action 0.
+            # A NaN reaches the action parameters as NaN, and sampling from NaN logits quietly returns action 0.
             raise ValueError(f"observation holds {'NaN' if np.isnan(obs).any() else 'inf'} at index "
                              f"{tuple(int(i) for i in np.argwhere(~np.isfinite(obs))[0])}; a policy acts only on "
                              "finite observations")
@@ -193,11 +194,13 @@ class Policy:
 
     @torch.no_grad()
     def act(self, obs: Any, state: State, greedy: bool = False,
-            rng: np.random.Generator | None = None) -> tuple[int, State]:
-        logits, _, state = self.model.step(self._prepare(obs), state)
-        if greedy:
-            return int(logits.argmax(dim=-1)[0]), state
-        return int(sample_actions(logits, rng if rng is not None else np.random.default_rng())[0]), state
+            rng: np.random.Generator | None = None) -> tuple[Any, State]:
+        """The action for `obs` as the env's `step` takes it (an int for a Discrete space), and the
+        next LSTM state: the most likely action when `greedy`, else one drawn with `rng`."""
+        action_params, _, state = self.model.step(self._prepare(obs), state)
+        action = choose(self.model.distribution, action_params, rng if rng is not None else np.random.default_rng(),
+                        greedy)[0]
+        return self.model.distribution.env_action(action), state
 
 
 def load_policy(path: str | Path, env: str | None = None) -> Policy:
@@ -225,12 +228,12 @@ def load_policy(path: str | Path, env: str | None = None) -> Policy:
                           f"imports code by itself: pass --env {cfg.env} to allow it")
     try:
         info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
-        too_large = model_size_problem(info.obs_shape, info.num_actions, cfg, info.layout)
+        too_large = model_size_problem(info.obs_shape, info.distribution, cfg, info.layout)
         if too_large:
             raise PolicyError(f"{found}: its saved config's {too_large}")
         with torch.device("meta"):  # the shapes alone: a crafted config allocates nothing before it is refused
-            check_model_fits(payload, found, build_model(info.obs_shape, info.num_actions, cfg, info.layout))
-        model = build_model(info.obs_shape, info.num_actions, cfg, info.layout)
+            check_model_fits(payload, found, model_for_env(info, cfg))
+        model = model_for_env(info, cfg)
     except (EnvSpecError, CheckpointError) as exc:
         raise PolicyError(str(exc)) from None
     model.load_state_dict(payload["model"])

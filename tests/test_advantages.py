@@ -30,7 +30,7 @@ def test_the_workers_update_uses_the_normalized_advantages():
         link.pull(worker.model)
         rollout = worker.collect()
         start = [p.detach().clone() for p in worker.model.parameters()]
-        assert worker.learn(rollout)
+        assert worker.learner.learn(rollout)
         pushed[normalize] = link.pushed[0]
     returns, advantages = targets(rollout, worker.cfg)
     scaled = torch.from_numpy(normalized_advantages(advantages.numpy()))

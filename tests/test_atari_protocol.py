@@ -85,7 +85,7 @@ def worker_on(env, **settings):
     cfg = Config(env=env, num_workers=0, envs_per_worker=2, rollout_steps=20, lstm_size=8, **settings)
     info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
     torch.manual_seed(0)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, 8), 1, "adam", LrSchedule(1e-3))
+    shared = SharedState.create(build_model(info.obs_shape, info.distribution, 8), 1, "adam", LrSchedule(1e-3))
     reports = InProcessReports()
     return Worker(0, cfg, info, HogwildLink(shared, 0, reports), seed=1), reports
 

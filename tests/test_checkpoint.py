@@ -27,7 +27,7 @@ from tests.helpers import CARTPOLE, FixedLink, last_session
 def test_best_pt_is_written_only_on_improvement(tmp_path):
     cfg = Config(env="CartPole-v1", eval_episodes=2, lstm_size=8)
     info = describe_env(cfg.env)
-    link = FixedLink(build_model(info.obs_shape, info.num_actions, 8))
+    link = FixedLink(build_model(info.obs_shape, info.distribution, 8))
     best = tmp_path / "checkpoints" / "best.pt"
     assert Evaluator(cfg, info, link, tmp_path, best_return=1e9, seed=0).evaluate()
     assert not best.exists() and len(link.reported) == 1  # reported, but no better than before
@@ -74,7 +74,7 @@ def test_resume_with_more_workers_gives_new_slots_an_old_workers_statistics(tmp_
 
     cfg = config_from_dict(json.loads((run_dir / "config.json").read_text()), "config.json")
     info = describe_env(cfg.env)
-    model = build_model(info.obs_shape, info.num_actions, cfg)
+    model = build_model(info.obs_shape, info.distribution, cfg)
     shared = SharedState.create(model, 2, cfg.optimizer, LrSchedule(cfg.lr))
     restore_training(shared, before)
     saved = before["optimizer"]["states"][0]

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from hogwild_a3c.envs.make import EnvSpecError, UniverseFrames, describe_env, make_env, parse_env_kwargs
+from hogwild_a3c.learning.distributions import Categorical
 from tests.helpers import slow_linear_resize
 
 
@@ -30,7 +31,7 @@ def test_preprocessing_matches_the_two_step_universe_resize():
 
 def test_pong_is_described_for_the_model():
     info = describe_env("ALE/Pong-v5", {"repeat_action_probability": 0.0})
-    assert info.obs_shape == (1, 42, 42) and info.num_actions == 6
+    assert info.obs_shape == (1, 42, 42) and info.distribution == Categorical(6)
 
 
 def test_env_kwargs_reach_gymnasium_make():
@@ -52,4 +53,4 @@ def test_env_kwargs_parse_python_literals():
 
 def test_a_users_module_env_id_works():
     info = describe_env("tests.envs:Counting-v0", {"length": 3})
-    assert info.obs_shape == (2,) and info.num_actions == 2
+    assert info.obs_shape == (2,) and info.distribution == Categorical(2)

@@ -10,7 +10,8 @@ from hogwild_a3c import train
 from hogwild_a3c.children.worker import Worker
 from hogwild_a3c.config import Config
 from hogwild_a3c.envs.make import describe_env
-from hogwild_a3c.learning.algo import a3c_loss, action_log_probs, rollout_targets
+from hogwild_a3c.learning.algo import a3c_loss, rollout_targets
+from hogwild_a3c.learning.distributions import Categorical
 from hogwild_a3c.learning.model import build_model
 from tests.helpers import one_error_line
 from tests.test_worker_link import RecordingLink
@@ -28,7 +29,7 @@ def random_batch(size=12, actions=4, seed=0):
 
 def test_the_clipped_policy_term_is_ppos_sample_by_sample():
     logits, old_logits, actions, advantages, returns, values = random_batch()
-    old = action_log_probs(old_logits, actions)
+    old = Categorical(2).log_prob(old_logits, actions)
     terms = a3c_loss(logits, values, actions, advantages, returns, old_log_probs=old, ratio_clip=0.2)
     expected = 0.0
     clipped_samples = 0
@@ -52,7 +53,7 @@ def test_where_the_policy_has_not_moved_the_clipped_term_has_a3cs_gradient():
     plain_logits = logits.clone().requires_grad_()
     clipped_logits = logits.clone().requires_grad_()
     a3c_loss(plain_logits, values, actions, advantages, returns).total.backward()
-    old = action_log_probs(logits, actions)
+    old = Categorical(2).log_prob(logits, actions)
     a3c_loss(clipped_logits, values, actions, advantages, returns, old_log_probs=old).total.backward()
     torch.testing.assert_close(clipped_logits.grad, plain_logits.grad)
 
@@ -63,7 +64,7 @@ def test_a_sample_moved_past_the_clip_stops_pushing_only_in_the_direction_it_mov
     old_logits = torch.zeros(1, 2)
     logits = torch.tensor([[torch.log(torch.tensor(3.0)).item(), 0.0]])  # p(0): 0.5 -> 0.75
     action = torch.tensor([0])
-    old = action_log_probs(old_logits, action)
+    old = Categorical(2).log_prob(old_logits, action)
     for advantage, cut in [(1.0, True), (-1.0, False)]:
         moved = logits.clone().requires_grad_()
         a3c_loss(moved, torch.zeros(1), action, torch.tensor([advantage]), torch.zeros(1),
@@ -103,7 +104,7 @@ def make_worker(epochs, lr=2.0, **settings):
                  epochs=epochs, ratio_clip=0.1, **settings)
     info = describe_env(cfg.env, cfg.env_kwargs)
     torch.manual_seed(0)
-    link = SgdLink(build_model(info.obs_shape, info.num_actions, cfg), lr)
+    link = SgdLink(build_model(info.obs_shape, info.distribution, cfg), lr)
     return Worker(0, cfg, info, link, seed=3), link, info
 
 
@@ -122,16 +123,16 @@ def test_each_pass_pulls_the_moved_weights_and_learns_with_the_clipped_term():
     with torch.no_grad():
         first_logits, _ = worker.model.replay(obs, rollout.start_state, resets)
     actions = torch.from_numpy(rollout.actions).flatten()
-    first = action_log_probs(first_logits.flatten(0, 1), actions)
+    first = Categorical(2).log_prob(first_logits.flatten(0, 1), actions)
     returns, advantages = targets(rollout, worker.cfg)
     link.calls.clear()
 
-    assert worker.learn(rollout)
+    assert worker.learner.learn(rollout)
     assert link.calls == ["push", "pull", "push", "pull", "push"]
     assert len(link.updates) == 1  # progress.csv keeps one row of A3C's losses per rollout
 
     # Each pass: the clipped gradient of the loss at the weights the passes before it left.
-    reference = build_model(info.obs_shape, info.num_actions, worker.cfg)
+    reference = build_model(info.obs_shape, info.distribution, worker.cfg)
     weights = start
     for done, pushed in enumerate(link.pushed):
         with torch.no_grad():
@@ -147,7 +148,7 @@ def test_each_pass_pulls_the_moved_weights_and_learns_with_the_clipped_term():
         for p_fast, p_ref in zip(pushed, reference.parameters()):
             torch.testing.assert_close(p_fast, p_ref.grad, rtol=1e-4, atol=1e-5)
         if done:  # some samples moved past the clip the way their advantage pushes: their term is cut
-            ratios = torch.exp(action_log_probs(logits.detach(), actions) - first)
+            ratios = torch.exp(Categorical(2).log_prob(logits.detach(), actions) - first)
             assert (((ratios > 1.1) & (advantages > 0)) | ((ratios < 0.9) & (advantages < 0))).any()
         weights = [w - 2.0 * g for w, g in zip(weights, pushed)]
 
@@ -188,10 +189,10 @@ def test_a_non_finite_later_pass_is_skipped_and_ends_the_passes():
     cfg = Config(env="tests.envs:VaryingLength-v0", num_workers=1, envs_per_worker=2, rollout_steps=4, lstm_size=8,
                  epochs=3)
     info = describe_env(cfg.env, cfg.env_kwargs)
-    link = PoisoningLink(build_model(info.obs_shape, info.num_actions, cfg), 0.1)
+    link = PoisoningLink(build_model(info.obs_shape, info.distribution, cfg), 0.1)
     worker = Worker(0, cfg, info, link, seed=3)
     link.pull(worker.model)
-    assert not worker.learn(worker.collect())
+    assert not worker.learner.learn(worker.collect())
     assert link.calls == ["pull", "push", "pull"]  # pass 2 pulled NaN weights and pushed nothing
     assert link.counts == ["skipped_updates"] and len(link.updates) == 1
 

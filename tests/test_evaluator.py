@@ -14,7 +14,7 @@ from hogwild_a3c.learning.model import build_model
 
 
 class FirstAction:
-    """A generator whose every draw is 0: `sample_actions` then picks action 0 whatever the
+    """A generator whose every draw is 0: `Categorical.sample` then picks action 0 whatever the
     logits, so each env's episodes depend on its seed alone and batching cannot change them."""
 
     def random(self, shape):
@@ -43,7 +43,7 @@ def cartpole_model():
     cfg = Config(env="CartPole-v1", lstm_size=16)
     info = describe_env(cfg.env)
     torch.manual_seed(0)
-    return build_model(info.obs_shape, info.num_actions, cfg)
+    return build_model(info.obs_shape, info.distribution, cfg)
 
 
 def seeded(seeds):

@@ -136,7 +136,7 @@ def test_a_run_directory_deleted_mid_run_stops_the_run_and_is_not_recreated(tmp_
 # A real save (`atomic_save`) whose bytes never finish: the writer is killed, or kept alive, there.
 STUCK_WRITER = """
 import sys, time
-from hogwild_a3c.files.atomic import checkpoint
+from hogwild_a3c.files import checkpoint
 
 def stuck(payload, f):
     f.write(b"partial")

@@ -32,7 +32,7 @@ def evaluate_once(model_state, tmp_path):
     cfg = Config(env="tests.envs:Counting-v0", env_kwargs={"length": EPISODE}, eval_episodes=2, lstm_size=8,
                  hidden_size=16)
     info = describe_env(cfg.env, cfg.env_kwargs)
-    model = build_model(info.obs_shape, info.num_actions, cfg)
+    model = build_model(info.obs_shape, info.distribution, cfg)
     if model_state is not None:
         model.load_state_dict(model_state(model.state_dict()))
     link = FixedLink(model)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from hogwild_a3c.learning.model import ActorCritic, ConvEncoder, GridEncoder
+from hogwild_a3c.learning.encoders import ConvEncoder, GridEncoder
+from hogwild_a3c.learning.model import ActorCritic
 
 
 def steps_agree_with_replay(model, obs):
@@ -44,9 +45,9 @@ def test_initialisation_follows_the_seed():
         assert conv.weight.abs().max() <= bound
         assert conv.weight.abs().max() > 0.9 * bound  # uniform over the whole range, not a narrower init
         assert torch.all(conv.bias == 0)
-    torch.testing.assert_close(model.policy.weight.norm(dim=1), torch.full((6,), 0.01))
+    torch.testing.assert_close(model.action_head.weight.norm(dim=1), torch.full((6,), 0.01))
     torch.testing.assert_close(model.value.weight.norm(dim=1), torch.ones(1))
-    assert torch.all(model.policy.bias == 0) and torch.all(model.value.bias == 0)
+    assert torch.all(model.action_head.bias == 0) and torch.all(model.value.bias == 0)
     forget = slice(256, 512)  # torch's gate order: input, forget, cell, output
     assert torch.all(model.lstm.bias_ih_l0[forget] == 1.0) and torch.all(model.lstm.bias_hh_l0 == 0)
     others = torch.cat([model.lstm.bias_ih_l0[:256], model.lstm.bias_ih_l0[512:]])

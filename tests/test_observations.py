@@ -93,7 +93,7 @@ def test_a_small_grid_gets_the_grid_preset_and_its_full_resolution_encoder():
     assert auto_preset(CUE_DICT) == "grid" and auto_preset("tests.envs:CueImageFloat-v0") == "grid"
     assert auto_preset("tests.envs:Image-v0") == "vector" and auto_preset("CartPole-v1") == "vector"
     info = describe_env(CUE_DICT)
-    model = build_model(info.obs_shape, info.num_actions, 16, info.layout)
+    model = build_model(info.obs_shape, info.distribution, 16, info.layout)
     grid = model.encoder.image_encoders[0]
     assert type(grid).__name__ == "GridEncoder" and grid.out_features == 32 * 4 * 4
     logits, value, _ = model.step(torch.zeros(5, *info.obs_shape), model.initial_state(5))

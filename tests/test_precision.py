@@ -64,7 +64,7 @@ def test_a_worker_learns_in_either_precision(requested):
     before = [p.detach().clone() for p in shared.model.parameters()]
     for _ in range(3):
         worker.link.pull(worker.model)
-        assert worker.learn(worker.collect())  # False: skipped as non-finite
+        assert worker.learner.learn(worker.collect())  # False: skipped as non-finite
     moved = [float((p.detach() - b).abs().max()) for p, b in zip(shared.model.parameters(), before)]
     assert all(torch.isfinite(p).all() for p in shared.model.parameters())
     assert max(moved) > 0

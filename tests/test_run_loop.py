@@ -1,5 +1,5 @@
 """The main loop's jobs, each driven directly: no child process, a real SharedState, Recorder
-and StopPolicy on tmp_path, and a stand-in for the supervisor's children."""
+and StopRules on tmp_path, and a stand-in for the supervisor's children."""
 import json
 import math
 
@@ -15,7 +15,7 @@ from hogwild_a3c.learning.model import build_model
 from hogwild_a3c.learning.optim import LrSchedule
 from hogwild_a3c.run.recorder import Recorder
 from hogwild_a3c.run.run_loop import RunLoop
-from hogwild_a3c.run.stop_rules import EXIT_FAILED, StopPolicy
+from hogwild_a3c.run.stop_rules import EXIT_FAILED, StopRules
 
 
 class Children:
@@ -51,9 +51,9 @@ def make_loop(tmp_path, children=None, callbacks=None, **settings):
     cfg = Config(env="CartPole-v1", num_workers=1, lstm_size=8, progress=False, **settings)
     shared = SharedState.create(build_model((4,), 2, cfg), 1, cfg.optimizer, LrSchedule(cfg.lr))
     recorder = Recorder(tmp_path, cfg, None, [], session=0, global_step=0)
-    policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
+    rules = StopRules(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log)
     before = Progress(elapsed_s=10.0, best_eval_return=-math.inf, counters={"updates": 5})
-    return RunLoop(cfg, tmp_path, shared, recorder, policy, before, 0, children or Children(), callbacks)
+    return RunLoop(cfg, tmp_path, shared, recorder, rules, before, 0, children or Children(), callbacks)
 
 
 def test_delivered_reports_become_rows_the_best_return_and_one_dead_lstm_warning(tmp_path):
@@ -92,7 +92,7 @@ def test_a_checkpoint_holds_the_session_and_a_non_finite_model_is_never_saved(tm
     with torch.no_grad():
         next(loop.shared.model.parameters()).fill_(float("nan"))
     assert loop.checkpoint() is None
-    assert loop.policy.exit_code == EXIT_FAILED and "non-finite" in loop.policy.reason
+    assert loop.rules.exit_code == EXIT_FAILED and "non-finite" in loop.rules.reason
     loop.shut_down()
     assert load_checkpoint(tmp_path / "checkpoints" / "latest.pt")["best_eval_return"] == 3.5
 
@@ -101,7 +101,7 @@ def test_a_failed_write_stops_the_run_once_and_skips_the_final_checkpoint(tmp_pa
     loop = make_loop(tmp_path)
     loop.handle([WriteFailed("evaluator", "no space left on device while writing best.pt"),
                   WriteFailed("evaluator", "no space left on device while writing best.pt")])
-    assert loop.policy.exit_code == EXIT_FAILED and "no space left" in loop.policy.reason
+    assert loop.rules.exit_code == EXIT_FAILED and "no space left" in loop.rules.reason
     loop.shut_down()
     assert not (tmp_path / "checkpoints" / "latest.pt").exists()
     assert (tmp_path / "errors.log").read_text().count("no space left") == 1
@@ -118,11 +118,11 @@ def test_the_session_runs_until_the_target_and_shuts_down_in_order(tmp_path):
     assert (tmp_path / "checkpoints" / "latest.pt").exists()
 
 
-def test_the_supervisors_events_reach_the_log_the_errors_and_the_stop_policy(tmp_path):
+def test_the_supervisors_events_reach_the_log_the_errors_and_the_stop_rules(tmp_path):
     loop = make_loop(tmp_path)
     loop.handle([Said("worker 0 was killed by signal 9; restarting it (1/1)"), Said("worker 1 stalled", error=True),
                  PidsChanged({"worker 0": 123}), MustStop("worker 0 was killed by signal 9")])
-    assert loop.policy.exit_code == EXIT_FAILED and loop.policy.reason == "failed: worker 0 was killed by signal 9"
+    assert loop.rules.exit_code == EXIT_FAILED and loop.rules.reason == "failed: worker 0 was killed by signal 9"
     loop.shut_down()
     log, errors = (tmp_path / "train.log").read_text(), (tmp_path / "errors.log").read_text()
     assert "restarting it (1/1)" in log and "worker 1 stalled" in errors and "restarting" not in errors

@@ -31,7 +31,7 @@ def children(tmp_path):
     cfg = Config(env="CartPole-v1", num_workers=1, eval_episodes=0, lstm_size=8, max_worker_restarts=1,
                  stall_timeout=2.0)
     info = describe_env(cfg.env)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, 8), 1, "adam", LrSchedule(1e-3))
+    shared = SharedState.create(build_model(info.obs_shape, info.distribution, 8), 1, "adam", LrSchedule(1e-3))
     supervisor = ProcessChildren(cfg, info, shared, str(tmp_path), 0)
     yield supervisor, shared, Reported(supervisor)
     supervisor.stop(lambda: True)

@@ -17,7 +17,7 @@ def make_worker(env="tests.envs:Counting-v0", envs_per_worker=1, rollout_steps=5
                  rollout_steps=rollout_steps, lstm_size=8)
     info = describe_env(cfg.env, cfg.env_kwargs)
     torch.manual_seed(0)
-    shared = SharedState.create(build_model(info.obs_shape, info.num_actions, 8), 1, "adam", LrSchedule(1e-3))
+    shared = SharedState.create(build_model(info.obs_shape, info.distribution, 8), 1, "adam", LrSchedule(1e-3))
     return Worker(0, cfg, info, HogwildLink(shared, 0, InProcessReports()), seed=1), shared
 
 

@@ -62,7 +62,7 @@ def make(env="tests.envs:Counting-v0", envs=1, steps=5, **env_kwargs):
     cfg = Config(env=env, env_kwargs=env_kwargs, num_workers=1, envs_per_worker=envs, rollout_steps=steps, lstm_size=8)
     info = describe_env(cfg.env, cfg.env_kwargs)
     torch.manual_seed(0)
-    link = RecordingLink(build_model(info.obs_shape, info.num_actions, 8))
+    link = RecordingLink(build_model(info.obs_shape, info.distribution, 8))
     return Worker(0, cfg, info, link, seed=3), link, cfg
 
 
@@ -79,8 +79,8 @@ def test_a_worker_runs_through_any_link_that_has_the_methods():
 def test_gradients_do_not_accumulate_across_updates():
     worker, link, _ = make(length=50)
     rollout = worker.collect()
-    worker.learn(rollout)
-    worker.learn(rollout)  # the same data twice: the same gradient, not twice it
+    worker.learner.learn(rollout)
+    worker.learner.learn(rollout)  # the same data twice: the same gradient, not twice it
     for first, second in zip(*link.pushed):
         torch.testing.assert_close(first, second)
 
@@ -91,7 +91,7 @@ def test_learn_gradient_equals_a_slow_step_by_step_reference():
     link.pull(worker.model)
     rollout = worker.collect()
     assert rollout.dones.any() and rollout.start_state[0].abs().sum() > 0
-    worker.learn(rollout)
+    worker.learner.learn(rollout)
     fast = link.pushed[-1]
 
     reference = build_model((2,), 2, 8)

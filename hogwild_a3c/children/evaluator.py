@@ -25,8 +25,9 @@ from ..config import Config
 from ..envs.make import EnvInfo, env_options, make_env
 from ..files.atomic import WriteError
 from ..files.checkpoint import save_best
+from ..learning.distributions import choose
 from ..learning.lstm_watch import LstmWatch
-from ..learning.model import ActorCritic, State, build_model, sample_actions
+from ..learning.model import ActorCritic, State, model_for_env
 from .shared import EvaluatorLink
 
 POLL_S = 0.2
@@ -60,11 +61,11 @@ def play_episode(
         while True:
             if on_frame is not None:
                 on_frame()
-            logits, _, state = model.step(torch.from_numpy(np.asarray(obs, dtype=np.float32)[None]), state)
+            action_params, _, state = model.step(torch.from_numpy(np.asarray(obs, dtype=np.float32)[None]), state)
             if on_state is not None:
                 on_state(state)
-            action = int(logits.argmax(dim=-1)[0]) if greedy else int(sample_actions(logits, rng)[0])
-            obs, reward, terminated, truncated, _ = env.step(action)
+            action = choose(model.distribution, action_params, rng, greedy)[0]
+            obs, reward, terminated, truncated, _ = env.step(model.distribution.env_action(action))
             total += float(reward)
             length += 1
             if terminated or truncated:
@@ -114,15 +115,15 @@ def play_episodes(
     with torch.no_grad():
         while playing:
             rows = torch.tensor(playing)
-            logits, _, (h_rows, c_rows) = step(torch.from_numpy(np.stack([obs[k] for k in playing])),
+            action_params, _, (h_rows, c_rows) = step(torch.from_numpy(np.stack([obs[k] for k in playing])),
                                                (h[:, rows], c[:, rows]))
             h[:, rows], c[:, rows] = h_rows, c_rows
-            actions = sample_actions(logits, rng)
+            actions = choose(model.distribution, action_params, rng)
             ended = []
             for i, k in enumerate(playing):
                 if watch is not None:
                     watch.observe((h_rows[:, i:i + 1], c_rows[:, i:i + 1]))
-                observation, reward, terminated, truncated, _ = envs[k].step(int(actions[i]))
+                observation, reward, terminated, truncated, _ = envs[k].step(model.distribution.env_action(actions[i]))
                 totals[k] += float(reward)
                 lengths[k] += 1
                 obs[k] = np.asarray(observation, dtype=np.float32)
@@ -146,7 +147,7 @@ class Evaluator:
                  seed: int):
         self.cfg = cfg
         self.link = link
-        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg, env_info.layout)
+        self.model = model_for_env(env_info, cfg)
         self.actor = make_actor(cfg.act_backend, self.model)
         self.envs = [make_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
                      for _ in range(min(MAX_EVAL_ENVS, max(1, cfg.eval_episodes)))]

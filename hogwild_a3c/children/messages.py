@@ -72,7 +72,7 @@ class Said:
 
 @dataclass(frozen=True)
 class MustStop:
-    """A child died beyond the restart policy, or the nodes could not start: the run must stop."""
+    """A child died beyond the restart rules, or the nodes could not start: the run must stop."""
 
     reason: str
 

@@ -1,5 +1,5 @@
 """The supervisor: starts the children, reads their reports, notices deaths and stalls, applies
-the restart policy, and stops them.
+the restart rules, and stops them.
 
 `ProcessChildren` runs the workers and the evaluator as processes; `InProcessChildren` runs one
 worker and the evaluator inside the main process (serial mode: exactly repeatable, debuggable
@@ -8,7 +8,7 @@ with pdb). The session's loop (`run_loop.py`) drives either through the same met
 say (a restart, a stall, a child that died for good) it reports as events (`Said`, `MustStop`,
 `PidsChanged`) beside the children's own reports; it holds no reference to the session.
 
-Restart policy: a dead worker stops the run, unless `--max-worker-restarts` allows restarting it
+Restart rules: a dead worker stops the run, unless `--max-worker-restarts` allows restarting it
 (it keeps its step counter and optimizer statistics, which live in shared memory). A dead evaluator
 holds no training state: it is restarted, `--max-evaluator-restarts` times in all; once more
 stops the run. A child that makes no progress for `--stall-timeout` seconds, counted from when

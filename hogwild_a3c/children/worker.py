@@ -1,22 +1,16 @@
-"""One A3C worker: act in its environments, learn from each rollout, update the shared model.
+"""One A3C worker: act in its environments and hand each rollout to its learner, which updates the
+shared model.
 
 The hot loop, per rollout of T steps over K environments:
 
 1. Pull: copy the shared weights into the local model in place (`copy_`, no state-dict build).
 2. Collect (`Worker.collect() -> Rollout`): act under `torch.no_grad()`: one forward per step
-   for all K environments at once (`ActorCritic.step`, run by the acting backend of acting.py,
-   which takes the pulled weights at the rollout's start);
-   observations, actions, rewards and values go into the preallocated numpy arrays of one
-   `Rollout`. No autograd graph is built while acting.
-3. Learn (`Worker.learn(rollout)`). Targets: returns and GAE per environment and per episode
-   stretch (`algo.rollout_targets`), bootstrapping from V(s_T) mid-episode and at time-limit
-   cuts, from 0 at a true terminal.
-4. Replay with gradients: the conv encoder sees all T*K frames as one batch and `nn.LSTM` runs
-   fused over the sequence from the LSTM state saved at the rollout's start; one backward.
-5. Clip to the global norm and push through the link (on one machine: hand the gradients to the
-   shared parameters and step this worker's optimizer); count the steps in this worker's own slot.
-   With `--epochs N`, steps 4-5 run N times on the same rollout, each after a fresh pull, the
-   later passes with PPO's clipped policy term against the first pass's probabilities.
+   for all K environments at once (`ActorCritic.step`, run by the acting backend, which takes the
+   pulled weights at the rollout's start), one draw from the action distribution per step;
+   observations, actions and their behaviour log-probabilities, rewards and values go into the
+   preallocated arrays of one `Rollout`. No autograd graph is built while acting.
+3. Learn (`learner.learn(rollout)`, learning/learner.py): targets, a replay with gradients, the
+   push to the shared model; count the steps in this worker's own slot.
 
 With `--normalize-obs` / `--normalize-reward` (the `vector` preset), the model carries running
 statistics as buffers (`model.RunningMoments`). Acting and replay use the local copy pulled at
@@ -29,14 +23,11 @@ A rollout may cross an episode end: that environment's column is cut there (its 
 and its LSTM state zeroed for the next step, in acting and in replay alike. With `--life-loss`
 a lost Atari life cuts the column too (bootstrap 0), but the LSTM state and the game go on.
 `--clip-reward` clips the rollout's rewards once it is collected, after the episode returns
-took the raw ones. The per-step Python
-work is the env step and a few array writes; everything else happens once per rollout.
+took the raw ones. The per-step Python work is the env step and a few array writes; everything
+else happens once per rollout.
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -46,85 +37,15 @@ import torch
 from ..acting.actor import make_actor
 from ..config import Config
 from ..envs.make import EnvInfo, env_options, make_env
-from ..learning.algo import a3c_loss, action_log_probs, normalized_advantages, rollout_targets, running_returns
-from ..learning.encoder_grad import KeptActivations
-from ..learning.model import State, build_model, sample_actions
-from ..learning.precision import encoder_context, learn_dtype
+from ..learning.algo import running_returns
+from ..learning.learner import make_learner
+from ..learning.model import build_model
+from ..learning.rollout import Rollout
 from .shared import WorkerLink
 
 
 class EnvFailure(RuntimeError):
     """Too many consecutive exceptions from one worker's environments."""
-
-
-@dataclass
-class Rollout:
-    """T steps of K environments, as arrays indexed [t, k]. A worker fills one preallocated
-    Rollout again and again: a value returned by `collect` is valid until the next `collect`.
-    A new per-step quantity is one more field here, filled in `Worker._act`."""
-
-    obs: np.ndarray  # [T, K, *obs_shape] float32, the observation each action was taken on
-    actions: np.ndarray  # [T, K] int64
-    rewards: np.ndarray  # [T, K] float32
-    values: np.ndarray  # [T, K] float32, V(s_t) while acting
-    dones: np.ndarray  # [T, K] bool, an episode ended after step t
-    done_values: np.ndarray  # [T, K] float32, the bootstrap where it ended (0 at a terminal)
-    resets: np.ndarray  # [T, K] bool, the LSTM state is zeroed before step t
-    last_values: np.ndarray  # [K] float32, V(s_T): the bootstrap of each column's last stretch
-    start_state: State  # the LSTM state before step 0 (detached), where the replay starts
-    # Each encoder ELU's output [T, K, ...] float32, when the actor keeps them (`encoder_grad`)
-    kept: list[np.ndarray] = field(default_factory=list)
-
-    @classmethod
-    def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: State,
-              kept_shapes: Sequence[tuple[int, ...]] = ()) -> Rollout:
-        per_step = {"actions": np.int64, "rewards": np.float32, "values": np.float32, "dones": bool,
-                    "done_values": np.float32, "resets": bool}
-        arrays: dict[str, Any] = {name: np.zeros((steps, envs), dtype=dtype) for name, dtype in per_step.items()}
-        return cls(
-            obs=np.zeros((steps, envs, *obs_shape), dtype=np.float32),
-            **arrays,
-            last_values=np.zeros(envs, dtype=np.float32),
-            start_state=start_state,
-            kept=[np.zeros((steps, envs, *shape), dtype=np.float32) for shape in kept_shapes],
-        )
-
-    def acted_activations(self, nhwc: Sequence[bool], dtype: torch.dtype) -> KeptActivations | None:
-        """The encoder activations acting kept, as the learn step reads them; None if none were."""
-        return KeptActivations.of_rollout(self.kept, nhwc, dtype) if self.kept else None
-
-    @property
-    def steps(self) -> int:
-        return self.actions.size
-
-
-@dataclass
-class LearnBatch:
-    """A rollout as the learn step reads it: torch views of its arrays, flattened over [t, k]
-    where the loss wants them, and its returns and GAE advantages."""
-
-    obs: torch.Tensor  # [T, K, *obs_shape]
-    resets: torch.Tensor  # [T, K]
-    actions: torch.Tensor  # [T * K]
-    advantages: torch.Tensor  # [T * K]
-    returns: torch.Tensor  # [T * K]
-    size: int
-
-    @classmethod
-    def of(cls, rollout: Rollout, cfg: Config) -> LearnBatch:
-        returns, advantages = rollout_targets(
-            rollout.rewards, rollout.values, rollout.dones, rollout.done_values, rollout.last_values,
-            cfg.gamma, cfg.gae_lambda,
-        )
-        if cfg.normalize_advantages:
-            advantages = normalized_advantages(advantages)
-        return cls(torch.from_numpy(rollout.obs), torch.from_numpy(rollout.resets),
-                   torch.from_numpy(rollout.actions).flatten(), torch.from_numpy(advantages).flatten(),
-                   torch.from_numpy(returns).flatten(), returns.size)
-
-
-def _no_profiling(phase: str) -> None:
-    pass
 
 
 class Worker:
@@ -135,13 +56,10 @@ class Worker:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.num_envs = cfg.envs_per_worker
-        self.model = build_model(env_info.obs_shape, env_info.num_actions, cfg, env_info.layout)
-        # Walking the module tree for parameters() costs more than a small model's update step.
-        self.params = list(self.model.parameters())
-        # Acts with what the model held at its last refresh, and keeps what the learn step can reuse: with
-        # --epochs N every pass replays (the later passes' ratios need the first's computation), so nothing.
-        self.actor = make_actor(cfg.act_backend, self.model, keep_activations=cfg.epochs == 1)
-        self.encoder_context, self.learn_dtype = encoder_context(cfg.learn_precision), learn_dtype(cfg.learn_precision)
+        self.model = build_model(env_info.obs_shape, env_info.distribution, cfg, env_info.layout)
+        self.distribution = env_info.distribution
+        self.actor = make_actor(cfg.act_backend, self.model)  # acts with what the model held at its last refresh
+        self.learner = make_learner(self.model, link, cfg)
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]
         self.obs = np.zeros((self.num_envs, *env_info.obs_shape), dtype=np.float32)
         self.episode_return = np.zeros(self.num_envs)
@@ -150,7 +68,7 @@ class Worker:
         self.env_errors_in_a_row = 0
         self.state = self.model.initial_state(self.num_envs)
         self.rollout = Rollout.empty(cfg.rollout_steps, self.num_envs, env_info.obs_shape, self.state,
-                                     self.actor.activation_shapes)
+                                     env_info.distribution)
         for k in range(self.num_envs):
             self._start_env(k)
 
@@ -195,7 +113,7 @@ class Worker:
     # -- one rollout and one update -----------------------------------------------------------
 
     def run_rollout(self) -> int:
-        """Pull, collect one rollout, learn from it; returns agent steps taken (0 if dropped).
+        """Pull, collect one rollout, hand it to the learner; returns agent steps taken (0 if dropped).
 
         Steps of a rollout whose update is skipped (non-finite loss) still count: the
         environments were stepped."""
@@ -203,7 +121,7 @@ class Worker:
         rollout = self.collect()
         if rollout is None:
             return 0
-        self.learn(rollout)
+        self.learner.learn(rollout)
         self.link.add_steps(rollout.steps)
         return rollout.steps
 
@@ -231,15 +149,16 @@ class Worker:
     @torch.no_grad()
     def _act(self, rollout: Rollout) -> None:
         act, envs, life_loss = self.actor.step, self.envs, self.cfg.life_loss
+        sample, env_action = self.distribution.sample, self.distribution.env_action
         for t in range(self.cfg.rollout_steps):
-            rollout.obs[t] = self.obs
-            logits, value, self.state = act(torch.from_numpy(self.obs), self.state, [kept[t] for kept in rollout.kept])
-            actions = sample_actions(logits, self.rng)
+            rollout.store_obs(t, self.obs)
+            action_params, value, self.state = act(torch.from_numpy(self.obs), self.state)
+            actions, rollout.log_probs[t] = sample(action_params, self.rng)
             rollout.actions[t] = actions
             rollout.values[t] = value.numpy()
             for k, env in enumerate(envs):
                 try:
-                    obs, reward, terminated, truncated, info = env.step(int(actions[k]))
+                    obs, reward, terminated, truncated, info = env.step(env_action(actions[k]))
                 except Exception as exc:  # noqa: BLE001 - any env failure is recoverable here
                     raise _EnvStepError(k, exc) from exc
                 rollout.rewards[t, k] = reward
@@ -289,59 +208,6 @@ class Worker:
         if local.return_norm is not None:
             rollout.rewards *= local.return_norm.scale()
             np.clip(rollout.rewards, -local.return_norm.clip, local.return_norm.clip, out=rollout.rewards)
-
-    def learn(self, rollout: Rollout, phase_done: Callable[[str], None] = _no_profiling) -> bool:
-        """The A3C update from `rollout` (with `--epochs N`, N updates); False when one was skipped
-        as non-finite, which also ends the passes. `phase_done(name)` is called after each phase
-        (`make profile-hot-loop` times them)."""
-        cfg = self.cfg
-        batch = LearnBatch.of(rollout, cfg)
-        phase_done("targets")
-        first_log_probs = None
-        acted = rollout.acted_activations(self.actor.activations_nhwc, self.learn_dtype)  # standing for its forward
-        statistics = [buffer.clone() for buffer in self.model.buffers()] if cfg.epochs > 1 else []
-        for epoch in range(cfg.epochs):
-            pass_name = "" if epoch == 0 else f" (pass {epoch + 1})"  # each pass's phases timed apart
-            if epoch:
-                # Each pass is a Hogwild update of its own: its gradient is taken at the shared
-                # weights as they are now, the first pass's and the other workers' updates in them.
-                # The normalization statistics stay those the rollout was acted and replayed with.
-                self.link.pull(self.model)
-                for buffer, kept in zip(self.model.buffers(), statistics):
-                    buffer.copy_(kept)
-                phase_done("pull" + pass_name)
-            logits, values = self.model.replay(batch.obs, rollout.start_state, batch.resets, self.encoder_context,
-                                               acted)
-            phase_done("replay forward" + pass_name)
-            logits = logits.flatten(0, 1)
-            loss = a3c_loss(logits, values.flatten(), batch.actions, batch.advantages, batch.returns,
-                            value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef, reduction=cfg.loss_reduction,
-                            old_log_probs=first_log_probs, ratio_clip=cfg.ratio_clip)
-            if epoch == 0 and cfg.epochs > 1:
-                # The ratios of the later passes are taken against the first pass's replay, not the
-                # acting forward: the same computation (bf16 encoder included), so r = 1 exactly
-                # where the weights have not moved.
-                first_log_probs = action_log_probs(logits.detach(), batch.actions)
-            phase_done("loss" + pass_name)
-            # None, not zeros: the previous update's gradients must not add into this one's.
-            for p in self.params:
-                p.grad = None
-            loss.total.backward()
-            phase_done("backward" + pass_name)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
-            phase_done("clip" + pass_name)
-            if not (math.isfinite(grad_norm) and math.isfinite(loss.total.item())):
-                # Applying it would poison the shared weights for every worker.
-                self.link.count("skipped_updates")
-                return False
-            self.link.push(self.model)
-            phase_done("push (hand-off + optimizer)" + pass_name)
-            if epoch == 0:  # progress.csv's losses stay A3C's, whatever --epochs is
-                size = batch.size if cfg.loss_reduction == "sum" else 1  # per-sample losses
-                self.link.record_update(
-                    loss.policy.item() / size, loss.value.item() / size, loss.entropy.item() / size, grad_norm
-                )
-        return True
 
     def close(self) -> None:
         for env in self.envs:

@@ -1,10 +1,11 @@
-"""Environment construction: any Gymnasium env with a Discrete action space, or Atari with the
+"""Environment construction: any Gymnasium env whose action space has a distribution
+(`learning.distributions`), or Atari with the
 universe's frame preprocessing (the frames and the Atari protocol are in `atari.py`). Observations
 other than a flat vector and the Atari frame (images, Dict, Tuple, Discrete) are packed into one
 vector by `observations.FlatObservation`.
 
 `describe_env` is called once in the main process, before any child starts, so that an unknown
-id, a continuous action space or an observation the model cannot take is reported as one clear
+id, an action space no distribution takes or an observation the model cannot take is reported as one clear
 line instead of a traceback from every worker.
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ import gymnasium as gym
 
 from ..config import RENAMED
 from ..files.atomic import shown
+from ..learning.distributions import ActionDistribution, UnsupportedActions, distribution_for
 from .atari import (
     ATARI_CROP_ROWS,
     FRAME_MODES,
@@ -120,7 +122,7 @@ def make_env(
                 raise EnvSpecError(f"--max-pool needs a fixed frameskip of 2 or more, but '{env_id}' repeats each "
                                    f"action {skip!r} times; give --env-kwargs frameskip=4 or --no-max-pool")
             kwargs["frameskip"] = 1
-        # Greyscale straight from ALE (`fast`) saves the RGB->grey conversion on every frame.
+        # Greyscale straight from ALE (`luminance`) saves the RGB->grey conversion on every frame.
         env: gym.Env = UniverseFrames(AtariSteps(gym.make(env_id, **kwargs), skip, max_pool, fire_reset), image_size)
         if frame_stack > 1:
             env = StackedFrames(env, frame_stack)
@@ -145,7 +147,7 @@ class ActionsFromZero(gym.ActionWrapper):
     def __init__(self, env: gym.Env):
         super().__init__(env)
         space = env.action_space
-        assert isinstance(space, gym.spaces.Discrete)  # wrap_actions wraps Discrete spaces only
+        assert isinstance(space, gym.spaces.Discrete)  # make_env wraps Discrete spaces only
         self._start = int(space.start)
         self.action_space = gym.spaces.Discrete(int(space.n))
 
@@ -294,7 +296,7 @@ def check_spawnable(env_id: str, start_method: str = "spawn") -> str | None:
 @dataclass(frozen=True)
 class EnvInfo:
     obs_shape: tuple[int, ...]
-    num_actions: int
+    distribution: ActionDistribution  # of the env's actions: what the model's action head parametrizes
     layout: ObsLayout | None = None  # how observations are packed, when they are (observations.py)
 
 
@@ -338,13 +340,11 @@ def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: s
             reason = f"making the env raised {type(exc).__name__}" + (f": {reason}" if reason else "")
         raise EnvSpecError(f"--env '{env_id}'{' --env-kwargs ' + given if given else ''}: {reason}") from None
     try:
-        if not isinstance(env.action_space, gym.spaces.Discrete):
-            raise EnvSpecError(
-                f"--env '{env_id}': action space {env.action_space} is not Discrete; "
-                "A3C here samples from a categorical policy"
-            )
+        try:
+            distribution = distribution_for(env.action_space)
+        except UnsupportedActions as exc:
+            raise EnvSpecError(f"--env '{env_id}': {exc}") from None
         packed = env.get_wrapper_attr("layout") if _has_layout(env) else None
-        return EnvInfo(obs_shape=tuple(env.observation_space.shape or ()), num_actions=int(env.action_space.n),
-                       layout=packed)
+        return EnvInfo(obs_shape=tuple(env.observation_space.shape or ()), distribution=distribution, layout=packed)
     finally:
         env.close()

@@ -109,7 +109,25 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not a readable checkpoint (corrupt or truncated: {reason[:160]})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a hogwild_a3c checkpoint (expected format {FORMAT!r})")
+    if isinstance(payload.get("model"), dict):
+        payload["model"] = with_current_weight_names(payload["model"])
     return payload
+
+
+# Weights saved under an earlier name: the action head was called the policy head (`policy.*`)
+# until "policy" came to mean the trained agent only.
+OLD_WEIGHT_PREFIXES = {"policy.": "action_head."}
+
+
+def with_current_weight_names(weights: dict[str, Any]) -> dict[str, Any]:
+    """A model state dict with any weight of an earlier name under its name now, in the same order
+    (the optimizer's saved statistics follow the parameters' order)."""
+    renamed = {}
+    for name, tensor in weights.items():
+        old = next((prefix for prefix in OLD_WEIGHT_PREFIXES if isinstance(name, str) and name.startswith(prefix)),
+                   None)
+        renamed[OLD_WEIGHT_PREFIXES[old] + name[len(old):] if old else name] = tensor
+    return renamed
 
 
 def inflation_cap(file_size: int) -> int:

@@ -7,10 +7,12 @@ a slow reference (tests/test_algo.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+
+from .distributions import Categorical
 
 
 def discount(x: np.ndarray, gamma: float) -> np.ndarray:
@@ -104,21 +106,17 @@ def normalized_advantages(advantages: np.ndarray, eps: float = 1e-8) -> np.ndarr
     return (centred / (centred.std(dtype=np.float64) + eps)).astype(np.float32)
 
 
-def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-    """log pi(a) of each row's chosen action."""
-    return F.log_softmax(logits, dim=-1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-
-
 @dataclass
 class LossTerms:
     total: torch.Tensor
     policy: torch.Tensor
     value: torch.Tensor
     entropy: torch.Tensor
+    log_probs: torch.Tensor  # log pi(a) of each sample's action, [N]
 
 
 def a3c_loss(
-    logits: torch.Tensor,
+    action_params: torch.Tensor,
     values: torch.Tensor,
     actions: torch.Tensor,
     advantages: torch.Tensor,
@@ -128,8 +126,10 @@ def a3c_loss(
     reduction: str = "sum",
     old_log_probs: torch.Tensor | None = None,
     ratio_clip: float = 0.1,
+    distribution: Any = None,
 ) -> LossTerms:
-    """Universe's loss, summed over the batch rather than averaged (`reduction="sum"`).
+    """Universe's loss, summed over the batch rather than averaged (`reduction="sum"`), of the
+    action distribution's parameters [N, P] (`distribution`; None: logits of a Categorical).
 
     pi_loss = -sum(log pi(a) * adv); vf_loss = 0.5 * sum((V - R)^2);
     entropy = -sum(pi * log pi); total = pi_loss + value_coef * vf_loss - entropy_coef * entropy.
@@ -146,8 +146,9 @@ def a3c_loss(
     Where pi = pi_old its gradient is the A3C term's, so a first pass could use either.
     """
     reduce = torch.sum if reduction == "sum" else torch.mean
-    log_probs = F.log_softmax(logits, dim=-1)
-    chosen = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)  # action_log_probs, sharing log_probs
+    if distribution is None:
+        distribution = Categorical(action_params.shape[-1])
+    chosen, entropies = distribution.evaluate(action_params, actions)
     if old_log_probs is None:
         policy_loss = -reduce(chosen * advantages)
     else:
@@ -155,6 +156,6 @@ def a3c_loss(
         clipped = torch.clamp(ratio, 1.0 - ratio_clip, 1.0 + ratio_clip)
         policy_loss = -reduce(torch.minimum(ratio * advantages, clipped * advantages))
     value_loss = 0.5 * reduce((values - returns).pow(2))
-    entropy = -reduce((log_probs.exp() * log_probs).sum(-1))
+    entropy = reduce(entropies)
     total = policy_loss + value_coef * value_loss - entropy_coef * entropy
-    return LossTerms(total, policy_loss, value_loss, entropy)
+    return LossTerms(total, policy_loss, value_loss, entropy, chosen)

@@ -3,13 +3,13 @@
 An observer has any of the methods the session calls (`run_loop.ROUTES` lists them): `on_episode`
 and `on_progress` get a row of episodes.csv or progress.csv as a dict, `on_evaluation` an
 `Evaluation`, the others the supervisor's or the children's message itself. The recorder
-(recorder.py) writes what they say, the stop policy (stop_policy.py) takes the stops that the
+(recorder.py) writes what they say, the stop rules (stop_rules.py) take the stops that the
 supervisor and the syncer ask for, the user's callbacks (callbacks.py) see the public ones; the
 rules here are the rest:
 
 - `TargetReturn`: the run is done when the mean of the last --eval-episodes evaluation returns
   reaches --target-return.
-- `DeadLstmWarning`: one train.log line when the evaluator finds the policy's LSTM dead.
+- `DeadLstmWarning`: one train.log line when the evaluator finds the rules's LSTM dead.
 - `LearningWatch`: at each progress row, non-finite shared weights, or a worker that skipped
   --max-skipped-updates updates in a row, fail the run.
 - `FileFailures`: the first run file that cannot be written, or the run directory deleted or
@@ -31,18 +31,18 @@ if TYPE_CHECKING:
     from ..children.shared import SharedState
     from ..config import Config
     from .recorder import Recorder
-    from .stop_rules import StopPolicy
+    from .stop_rules import StopRules
 
 
 class TargetReturn:
-    def __init__(self, cfg: Config, policy: StopPolicy):
-        self.target, self.episodes, self.policy = cfg.target_return, cfg.eval_episodes, policy
+    def __init__(self, cfg: Config, rules: StopRules):
+        self.target, self.episodes, self.rules = cfg.target_return, cfg.eval_episodes, rules
         self.window: list[float] = []
 
     def on_evaluation(self, evaluation: Evaluation) -> None:
         self.window = (self.window + list(evaluation.returns))[-self.episodes:]
         if self.target is not None and len(self.window) >= self.episodes and np.mean(self.window) >= self.target:
-            self.policy.stop("target_return")
+            self.rules.stop("target_return")
 
 
 class DeadLstmWarning:
@@ -58,21 +58,21 @@ class DeadLstmWarning:
 
 
 class LearningWatch:
-    def __init__(self, shared: SharedState, policy: StopPolicy):
-        self.shared, self.policy = shared, policy
+    def __init__(self, shared: SharedState, rules: StopRules):
+        self.shared, self.rules = shared, rules
 
     def on_progress(self, row: dict[str, Any]) -> None:
-        if not self.policy.stopping:
-            self.policy.check_weights(self.shared.snapshot_weights())
-            self.policy.check_learning(self.shared.worker_stats)
+        if not self.rules.stopping:
+            self.rules.check_weights(self.shared.snapshot_weights())
+            self.rules.check_learning(self.shared.worker_stats)
 
 
 class FileFailures:
     """Stops on the first failed write, whoever reports it: the recorder (`check_writes`), a
     child (`on_write_failed`: best.pt), the checkpoint (`failed`); the rest say nothing new."""
 
-    def __init__(self, run_dir: Path, recorder: Recorder, policy: StopPolicy):
-        self.recorder, self.policy = recorder, policy
+    def __init__(self, run_dir: Path, recorder: Recorder, rules: StopRules):
+        self.recorder, self.rules = recorder, rules
         self.watch = DirectoryWatch(run_dir)
         self.failure: str | None = None
 
@@ -92,7 +92,7 @@ class FileFailures:
             self.recorder.detach(problem)
             message = _gone(problem)
         self.failure = message
-        self.policy.fail(message)
+        self.rules.fail(message)
 
     def check_run_dir(self) -> None:
         problem = None if self.recorder.detached else self.watch.problem()

@@ -5,7 +5,7 @@ any process starts. What runs next is `session.Session`.
 Each job lives in a module of its own: `rundir` (where the run lives, the lock, the saved
 config), `checkpoint` (the checkpoint format), `session` (the run, from these settings to its
 result), `run_loop` (the session's loop), `recorder` (CSV files, meta.json, logs), `supervisor`
-(children, restarts, stalls), `stop_policy` (when and why a run ends). Serial and parallel runs
+(children, restarts, stalls), `stop_rules` (when and why a run ends). Serial and parallel runs
 go through the same loop; only the children differ (`supervisor.make_children`).
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from ..files.rundir import (
     resolve_new,
     resolve_resume,
 )
-from ..learning.model import build_model, model_size_problem
+from ..learning.model import model_for_env, model_size_problem
 from ..nodes.node import RUN_TOKEN, Node
 
 OVERSUBSCRIBED = 2  # workers per core beyond which a run is warned about
@@ -60,7 +60,7 @@ def _describe(cfg: Config) -> EnvInfo:
     except EnvSpecError as exc:
         raise ConfigError([str(exc)]) from None
     try:
-        too_large = model_size_problem(info.obs_shape, info.num_actions, cfg, info.layout)
+        too_large = model_size_problem(info.obs_shape, info.distribution, cfg, info.layout)
     except ValueError as exc:  # an encoder that cannot read images this small
         hint = ("give a larger --image-size or another --encoder" if is_atari(cfg.env) else
                 "give another --encoder (an image is never enlarged to --image-size)")
@@ -71,7 +71,7 @@ def _describe(cfg: Config) -> EnvInfo:
     if problem:
         raise ConfigError([problem])
     with torch.device("meta"):  # its kind of encoder and core are all the check needs
-        problem = request_problem(cfg.act_backend, build_model(info.obs_shape, info.num_actions, cfg, info.layout))
+        problem = request_problem(cfg.act_backend, model_for_env(info, cfg))
     if problem:
         raise ConfigError([problem])
     return info
@@ -132,7 +132,7 @@ def _prepare_resume(resume_dir: str, args: dict[str, Any], rejoin: bool = False)
             payload, path = load_latest(run_dir / "checkpoints", warn=lambda m: print(m, file=sys.stderr))
             check_same_experiment(cfg, payload.get("config"), path)
             with torch.device("meta"):  # only the shapes are compared: nothing is allocated to refuse a file
-                model = build_model(env_info.obs_shape, env_info.num_actions, cfg, env_info.layout)
+                model = model_for_env(env_info, cfg)
             check_training_payload(payload, path, model, cfg.optimizer)
         except NoCheckpointError as exc:
             # A run killed before its first save: nothing trained was kept, so it starts again

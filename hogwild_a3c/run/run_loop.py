@@ -1,8 +1,8 @@
 """The main process's jobs while a run is on, as one object: hand what the children and the
-supervisor report to the session's observers (the recorder, the stop policy, the rules in
+supervisor report to the session's observers (the recorder, the stop rules, the rules in
 observers.py, the user's callbacks), make the progress rows, checkpoint, and shut down in order.
 
-`session.Session` builds the pieces (shared state, recorder, stop policy, children, callbacks)
+`session.Session` builds the pieces (shared state, recorder, stop rules, children, callbacks)
 and hands them to a `RunLoop`; the loop holds no process of its own, so each job can be tested
 with a real `SharedState` and `Recorder` and stand-in children (tests/test_run_loop.py). Nothing
 calls back into it: the children's reports and the supervisor's events are read each period,
@@ -38,7 +38,7 @@ from ..files.checkpoint import CheckpointError, Progress, save_checkpoint, train
 from .callbacks import METHODS, Callbacks, Evaluation
 from .observers import DeadLstmWarning, FileFailures, LearningWatch, TargetReturn
 from .recorder import Recorder
-from .stop_rules import EXIT_FAILED, StopPolicy
+from .stop_rules import EXIT_FAILED, StopRules
 
 COUNTERS = ("updates", "skipped_updates", "env_errors", "worker_restarts")
 RUN_DIR_CHECK_S = 1.0  # how often the loop makes sure the run directory is still there
@@ -84,9 +84,9 @@ ROUTES: dict[type, tuple[str, str | None]] = {
 class RunLoop:
     """One session of a run, from the first child started to the last file closed."""
 
-    def __init__(self, cfg: Config, run_dir: Path, shared: SharedState, recorder: Recorder, policy: StopPolicy,
+    def __init__(self, cfg: Config, run_dir: Path, shared: SharedState, recorder: Recorder, rules: StopRules,
                  before: Progress, session: int, children: Children, callbacks: Callbacks | None = None):
-        self.cfg, self.run_dir, self.shared, self.recorder, self.policy = cfg, run_dir, shared, recorder, policy
+        self.cfg, self.run_dir, self.shared, self.recorder, self.rules = cfg, run_dir, shared, recorder, rules
         self.session = session
         self.clock = Clock(before.elapsed_s)
         self.base_counters = {name: int((before.counters or {}).get(name, 0)) for name in COUNTERS}
@@ -97,9 +97,9 @@ class RunLoop:
         self.cpu_share = CpuShare()
         self.children = children
         self.callbacks = callbacks or Callbacks([], stop=lambda line: None, failed=lambda line: None)
-        self.files = FileFailures(run_dir, recorder, policy)
-        self.observers: list[Any] = [recorder, policy, TargetReturn(cfg, policy), DeadLstmWarning(recorder.log),
-                                     LearningWatch(shared, policy), self.files]
+        self.files = FileFailures(run_dir, recorder, rules)
+        self.observers: list[Any] = [recorder, rules, TargetReturn(cfg, rules), DeadLstmWarning(recorder.log),
+                                     LearningWatch(shared, rules), self.files]
         self.bar: Any = None
 
     # -- the events -----------------------------------------------------------------------------
@@ -157,7 +157,7 @@ class RunLoop:
         weights = self.shared.snapshot_weights()
         if not all(bool(torch.isfinite(t).all()) for t in weights.values()):
             self.recorder.error("not saving a checkpoint of non-finite weights; latest.pt stays the last good one")
-            self.policy.check_weights(weights)
+            self.rules.check_weights(weights)
             return None
         progress = Progress(self.shared.global_step(), self.clock.time_s(), self.session, self.best, self.counters())
         try:
@@ -181,8 +181,8 @@ class RunLoop:
     # -- the session ----------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Start the children and supervise them until the stop policy says the run is over."""
-        cfg, shared, policy, children = self.cfg, self.shared, self.policy, self.children
+        """Start the children and supervise them until the stop rules say the run is over."""
+        cfg, shared, rules, children = self.cfg, self.shared, self.rules, self.children
         if cfg.progress:
             from tqdm import tqdm
 
@@ -192,34 +192,34 @@ class RunLoop:
                     Periodic(cfg.progress_interval, self.write_progress),
                     Periodic(cfg.checkpoint_interval, self.checkpoint)]
         self.recorder.log(f"run directory: {self.run_dir}")
-        policy.check_budgets(shared.global_step(), self.clock.time_s())
-        if not policy.stopping:
+        rules.check_budgets(shared.global_step(), self.clock.time_s())
+        if not rules.stopping:
             restored = shared.global_step()
             children.start(self.best)
             if shared.sync is not None and shared.global_step() != restored:  # the nodes agreed on another start
                 self.recorder.sync_start(shared.global_step(), restored)
             self.handle(children.events())
-        while not policy.stopping:
+        while not rules.stopping:
             children.advance()
             children.check(self.best)
             self.handle(children.events())
-            if shared.stop_requested() and not policy.stopping:  # multi-node: another node's stop vote
-                policy.stop("stopped with the other nodes (a budget, target or stop on one of them)")
+            if shared.stop_requested() and not rules.stopping:  # multi-node: another node's stop vote
+                rules.stop("stopped with the other nodes (a budget, target or stop on one of them)")
             for task in periodic:
                 task()
-            policy.check_budgets(shared.global_step(), self.clock.time_s())
+            rules.check_budgets(shared.global_step(), self.clock.time_s())
             self.update_bar()
 
     def shut_down(self) -> None:
         """Stop the children, write the last rows and checkpoint, close the session. Each step runs
         even if one before it failed: a failing save must not skip the flush."""
-        policy, recorder = self.policy, self.recorder
-        if not policy.stopping:
-            policy.stop("stopped")
+        rules, recorder = self.rules, self.recorder
+        if not rules.stopping:
+            rules.stop("stopped")
         steps: list[Callable[[], None]] = [
-            lambda: self.children.stop(lambda: policy.fast), lambda: self.handle(self.children.events()),
+            lambda: self.children.stop(lambda: rules.fast), lambda: self.handle(self.children.events()),
             self.files.check_run_dir, self.write_progress, self._final_checkpoint,
-            lambda: recorder.end_session(policy.reason or "stopped", policy.exit_code, self.shared.global_step(),
+            lambda: recorder.end_session(rules.reason or "stopped", rules.exit_code, self.shared.global_step(),
                                          self.clock.time_s()),
             recorder.close]
         for step in steps:
@@ -227,7 +227,7 @@ class RunLoop:
                 step()
                 self.files.check_writes()
             except Exception as exc:  # noqa: BLE001
-                policy.exit_code = policy.exit_code or EXIT_FAILED
+                rules.exit_code = rules.exit_code or EXIT_FAILED
                 message = f"during shutdown: {type(exc).__name__}: {exc}"
                 try:
                     recorder.error(message)

@@ -1,8 +1,8 @@
 """One session of a run, from checked settings to its result: `Session(prepared).run()`.
 
 `training.prepare` checks everything and takes the run directory's lock; a `Session` builds the
-shared state, the recorder, the stop policy, the children and the user's callbacks, runs the
-loop (`run_loop.RunLoop`) until the stop policy ends it, and returns the `TrainResult`. The
+shared state, the recorder, the stop rules, the children and the user's callbacks, runs the
+loop (`run_loop.RunLoop`) until the stop rules end it, and returns the `TrainResult`. The
 command line and the Python API both run it, and only it releases the lock.
 """
 from __future__ import annotations
@@ -26,14 +26,14 @@ from ..files.atomic import WriteError, remove_stale_temp_files, shown
 from ..files.checkpoint import Progress, restore_training
 from ..files.logs import last_time_s
 from ..files.meta import KILLED, close_dead_sessions
-from ..learning.model import build_model
+from ..learning.model import model_for_env
 from ..learning.optim import LrSchedule
 from ..learning.precision import resolve as resolve_precision
 from .callbacks import ENDED, Callbacks
 from .prepare import Prepared
 from .recorder import Recorder
 from .run_loop import RunLoop
-from .stop_rules import EXIT_FAILED, StopPolicy
+from .stop_rules import EXIT_FAILED, StopRules
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Session:
         self.prepared.lock.release()
 
     def run(self) -> TrainResult:
-        """Train until the stop policy ends the run; the lock is released on every way out."""
+        """Train until the stop rules end the run; the lock is released on every way out."""
         # One thread, like every child: serial mode's worker runs here (under load a multi-thread
         # pool made a serial Acrobot run ~40x slower), and otherwise this process only supervises,
         # where an idle pool spinning after each weight check takes CPU from the workers. Restored
@@ -81,8 +81,7 @@ class Session:
     def _shared_state(self) -> tuple[SharedState, Progress, int]:
         prepared, cfg = self.prepared, self.prepared.cfg
         torch.manual_seed(cfg.seed)
-        model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg,
-                            prepared.env_info.layout)
+        model = model_for_env(prepared.env_info, cfg)
         schedule = LrSchedule(cfg.lr, cfg.lr_warmup_updates, cfg.lr_decay_steps)
         shared = SharedState.create(model, max(1, cfg.num_workers or 0), cfg.optimizer, schedule)
         if prepared.payload is not None:
@@ -111,35 +110,35 @@ class Session:
         except WriteError as exc:  # nothing started yet: nothing to stop or save
             print(f"run ended: failed: {exc} (nothing trained, exit {EXIT_FAILED})", file=sys.stderr)
             return TrainResult(run_dir, EXIT_FAILED, f"failed: {exc}", shared.global_step())
-        policy = StopPolicy(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log,
+        rules = StopRules(cfg, on_stop=shared.request_stop, record_error=recorder.error, log=recorder.log,
                             under_torchrun=node is not None)
-        callbacks = Callbacks(self.user_callbacks, stop=lambda line: policy.stop_by_callback(line, ENDED),
+        callbacks = Callbacks(self.user_callbacks, stop=lambda line: rules.stop_by_callback(line, ENDED),
                               failed=recorder.error)
-        model = build_model(prepared.env_info.obs_shape, prepared.env_info.num_actions, cfg, prepared.env_info.layout)
+        model = model_for_env(prepared.env_info, cfg)
         act_backend, acting_line = resolve_acting(cfg.act_backend, model)
         learn_precision, precision_line = resolve_precision(cfg.learn_precision, model)
         # The children get what was chosen here for this machine; config.json keeps what was asked for.
         chosen = dataclasses.replace(cfg, act_backend=act_backend, learn_precision=learn_precision)
         children = make_children(chosen, prepared.env_info, shared, str(run_dir), session, node=node,
                                  progress=shared.global_step())
-        loop = RunLoop(cfg, run_dir, shared, recorder, policy, before, session, children, callbacks)
+        loop = RunLoop(cfg, run_dir, shared, recorder, rules, before, session, children, callbacks)
         recorder.log(acting_line)
         recorder.log(precision_line)
         self._say_what_was_found(recorder, dead_sessions)
-        previous = _catch_signals(policy, recorder)
+        previous = _catch_signals(rules, recorder)
         try:
             callbacks.call("on_start", {"run_dir": run_dir, "config": cfg, "session": session,
                                         "global_step": shared.global_step()})
             loop.run()
         except Exception as exc:  # noqa: BLE001 - the run must still stop cleanly and save
-            policy.fail(f"main process raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+            rules.fail(f"main process raised {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         finally:
             loop.shut_down()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        ended = policy.reason or "stopped"
-        print(f"run ended: {ended} (global step {shared.global_step()}, exit {policy.exit_code})", file=sys.stderr)
-        return TrainResult(run_dir, policy.exit_code, ended, shared.global_step())
+        ended = rules.reason or "stopped"
+        print(f"run ended: {ended} (global step {shared.global_step()}, exit {rules.exit_code})", file=sys.stderr)
+        return TrainResult(run_dir, rules.exit_code, ended, shared.global_step())
 
     def _say_what_was_found(self, recorder: Recorder, dead_sessions: list[dict[str, Any]]) -> None:
         run_dir, layout = self.prepared.run_dir, self.prepared.env_info.layout
@@ -160,7 +159,7 @@ class Session:
             recorder.log(f"left {path}: its writer is still running, or it could not be removed")
 
 
-def _catch_signals(policy: StopPolicy, recorder: Recorder) -> dict[int, Any]:
+def _catch_signals(rules: StopRules, recorder: Recorder) -> dict[int, Any]:
     """Ctrl-C and SIGTERM stop the run saved; the handlers they replace, to put back at the end.
     Python delivers signals to the main thread only, so a run started from another thread (the
     API from a GUI's or a server's thread) cannot catch them: it trains without, and says so."""
@@ -168,5 +167,5 @@ def _catch_signals(policy: StopPolicy, recorder: Recorder) -> dict[int, Any]:
         recorder.log("this run was started outside the main thread, where Python cannot catch Ctrl-C or SIGTERM: "
                      "it ends at its budget or target, or when its process is stopped (then --resume continues it)")
         return {}
-    return {sig: signal.signal(sig, lambda signum, _frame: policy.on_signal(signum))
+    return {sig: signal.signal(sig, lambda signum, _frame: rules.on_signal(signum))
             for sig in (signal.SIGINT, signal.SIGTERM)}

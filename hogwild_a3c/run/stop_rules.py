@@ -1,8 +1,8 @@
-"""The stop policy: when a run ends, why, and with which exit status.
+"""The stop rules: when a run ends, why, and with which exit status.
 
 A run stops at the first of: a budget (`--max-steps`, `--max-seconds`), the target
 (`--target-return`, observers.TargetReturn), a user's callback, a signal, or a failure
-(a child that died beyond the restart policy, non-finite shared weights, a worker that skipped
+(a child that died beyond the restart rules, non-finite shared weights, a worker that skipped
 `--max-skipped-updates` updates in a row, a run file that cannot be written: a checkpoint,
 best.pt, meta.json, a CSV row, a log line; a run directory deleted during the run). The first
 reason given is the one recorded, except that a failure outranks a budget or target reached.
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..children.messages import MustStop, SyncRefused
 
 
-class StopPolicy:
+class StopRules:
     def __init__(self, cfg: Config, on_stop: Callable[[], None], record_error: Callable[[str], None],
                  log: Callable[[str], None], under_torchrun: bool = False):
         self.cfg = cfg

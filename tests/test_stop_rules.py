@@ -7,12 +7,12 @@ from hogwild_a3c.children.shared import STAT, STAT_NAMES
 from hogwild_a3c.config import Config
 from hogwild_a3c.run.callbacks import Evaluation
 from hogwild_a3c.run.observers import TargetReturn
-from hogwild_a3c.run.stop_rules import StopPolicy
+from hogwild_a3c.run.stop_rules import StopRules
 
 
 def policy(under_torchrun=False, **overrides):
     stops, errors = [], []
-    p = StopPolicy(Config(**overrides), on_stop=lambda: stops.append(1), record_error=errors.append, log=lambda m: None,
+    p = StopRules(Config(**overrides), on_stop=lambda: stops.append(1), record_error=errors.append, log=lambda m: None,
                    under_torchrun=under_torchrun)
     return p, stops, errors
 

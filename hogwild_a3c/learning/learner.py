@@ -1,0 +1,132 @@
+"""Learners: what turns a worker's rollout into updates of the shared model.
+
+A worker collects (children/worker.py) and hands each rollout to its learner. `A3CLearner` is the
+reference's update: targets (returns and GAE per environment and per episode stretch), a replay of
+the rollout with gradients, the loss of `algo.a3c_loss`, the gradient clipped to a global norm and
+pushed through the worker's link (on one machine: handed to the shared parameters and applied by
+this worker's own optimizer). A second learner (one that keeps rollouts and replays them, say) is
+one more class with a `learn(rollout)` method, chosen in `make_learner`.
+
+The replay re-runs the conv encoder on all T*K frames as one batch, under the learn precision
+(`precision.py`), and `nn.LSTM` fused over the sequence from the LSTM state saved at the rollout's
+start; one backward.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from .algo import a3c_loss, normalized_advantages, rollout_targets
+from .model import ActorCritic, State
+from .precision import encoder_context
+from .rollout import Rollout
+
+
+def _no_profiling(phase: str) -> None:
+    pass
+
+
+class Learner(Protocol):
+    def learn(self, rollout: Rollout, phase_done: Callable[[str], None] = _no_profiling) -> bool:
+        """Update the shared model from `rollout`; False when an update was skipped as non-finite.
+        `phase_done(name)` is called after each phase (`make profile-hot-loop` times them)."""
+
+
+@dataclass
+class LearnBatch:
+    """A rollout as the learn step reads it: torch views of its arrays, flattened over [t, k]
+    where the loss wants them, and its returns and GAE advantages."""
+
+    obs: torch.Tensor  # [T, K, *obs_shape] float32
+    resets: torch.Tensor  # [T, K]
+    start_state: State
+    actions: torch.Tensor  # [T * K, *action_shape]
+    advantages: torch.Tensor  # [T * K]
+    returns: torch.Tensor  # [T * K]
+    size: int
+
+    @classmethod
+    def of(cls, rollout: Rollout, cfg: Any) -> LearnBatch:
+        returns, advantages = rollout_targets(
+            rollout.rewards, rollout.values, rollout.dones, rollout.done_values, rollout.last_values,
+            cfg.gamma, cfg.gae_lambda,
+        )
+        if cfg.normalize_advantages:
+            advantages = normalized_advantages(advantages)
+        return cls(rollout.observations(), torch.from_numpy(rollout.resets), rollout.start_state,
+                   torch.from_numpy(rollout.actions).flatten(0, 1), torch.from_numpy(advantages).flatten(),
+                   torch.from_numpy(returns).flatten(), returns.size)
+
+
+class A3CLearner:
+    """The A3C update from each rollout; with `--epochs N`, N updates, each after a fresh pull, the
+    later ones with PPO's clipped policy term against the first pass's probabilities."""
+
+    def __init__(self, model: ActorCritic, link: Any, cfg: Any):
+        self.model, self.link, self.cfg = model, link, cfg
+        # Walking the module tree for parameters() costs more than a small model's update step.
+        self.params = list(model.parameters())
+        self.encoder_context = encoder_context(cfg.learn_precision)
+
+    def learn(self, rollout: Rollout, phase_done: Callable[[str], None] = _no_profiling) -> bool:
+        batch = LearnBatch.of(rollout, self.cfg)
+        phase_done("targets")
+        # The normalization statistics the rollout was acted and replayed with: every pass keeps them.
+        statistics = [buffer.clone() for buffer in self.model.buffers()] if self.cfg.epochs > 1 else []
+        first_log_probs = self._update(batch, None, phase_done, "")
+        if first_log_probs is None:
+            return False
+        for epoch in range(1, self.cfg.epochs):
+            pass_name = f" (pass {epoch + 1})"  # each pass's phases timed apart
+            # Each pass is a Hogwild update of its own: its gradient is taken at the shared
+            # weights as they are now, the first pass's and the other workers' updates in them.
+            self.link.pull(self.model)
+            for buffer, kept in zip(self.model.buffers(), statistics):
+                buffer.copy_(kept)
+            phase_done("pull" + pass_name)
+            if self._update(batch, first_log_probs, phase_done, pass_name) is None:
+                return False
+        return True
+
+    def _update(self, batch: LearnBatch, old_log_probs: torch.Tensor | None, phase_done: Callable[[str], None],
+                pass_name: str) -> torch.Tensor | None:
+        """One update: A3C's (`old_log_probs` None), or a later pass's clipped one. Returns this
+        pass's log-probabilities of the actions, detached (the later passes' ratios are taken
+        against the first pass's replay, the same computation, so r = 1 exactly where the weights
+        have not moved); None when the update was skipped as non-finite."""
+        cfg = self.cfg
+        action_params, values = self.model.replay(batch.obs, batch.start_state, batch.resets, self.encoder_context)
+        phase_done("replay forward" + pass_name)
+        loss = a3c_loss(action_params.flatten(0, 1), values.flatten(), batch.actions, batch.advantages,
+                        batch.returns, value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef,
+                        reduction=cfg.loss_reduction, old_log_probs=old_log_probs, ratio_clip=cfg.ratio_clip,
+                        distribution=self.model.distribution)
+        phase_done("loss" + pass_name)
+        # None, not zeros: the previous update's gradients must not add into this one's.
+        for p in self.params:
+            p.grad = None
+        loss.total.backward()
+        phase_done("backward" + pass_name)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+        phase_done("clip" + pass_name)
+        if not (math.isfinite(grad_norm) and math.isfinite(loss.total.item())):
+            # Applying it would poison the shared weights for every worker.
+            self.link.count("skipped_updates")
+            return None
+        self.link.push(self.model)
+        phase_done("push (hand-off + optimizer)" + pass_name)
+        if old_log_probs is None:  # progress.csv's losses stay A3C's, whatever --epochs is
+            size = batch.size if cfg.loss_reduction == "sum" else 1  # per-sample losses
+            self.link.record_update(
+                loss.policy.item() / size, loss.value.item() / size, loss.entropy.item() / size, grad_norm
+            )
+        return loss.log_probs.detach()
+
+
+def make_learner(model: ActorCritic, link: Any, cfg: Any) -> Learner:
+    """The learner of a worker's local model `model`, pushing through `link`."""
+    return A3CLearner(model, link, cfg)

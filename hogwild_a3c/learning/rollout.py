@@ -1,0 +1,66 @@
+"""A rollout: what a worker's acting leaves for its learner. T steps of K environments, as arrays
+indexed [t, k], with everything an update needs to score the actions again: the observations, the
+actions and the behaviour policy's log-probabilities, the rewards and values, where episodes ended
+and with what bootstrap, and the LSTM state the rollout started from."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from .distributions import ActionDistribution
+from .model import State
+
+# A frame stored as uint8 is round(x * 255) of an observation in [0, 1]: a quarter of float32's
+# memory, for a learner that keeps rollouts (the conv encoders' frames are in [0, 1]).
+FRAME_LEVELS = 255.0
+
+
+@dataclass
+class Rollout:
+    """A worker fills one preallocated Rollout again and again: one returned by `collect` is valid
+    until the next `collect`. A new per-step quantity is one more field here, filled while acting."""
+
+    obs: np.ndarray  # [T, K, *obs_shape] float32 (or uint8 frames), the observation each action was taken on
+    actions: np.ndarray  # [T, K, *distribution.action_shape], of the distribution's dtype
+    log_probs: np.ndarray  # [T, K] float32, log mu(a_t): the behaviour policy's, as acting sampled it
+    rewards: np.ndarray  # [T, K] float32
+    values: np.ndarray  # [T, K] float32, V(s_t) while acting
+    dones: np.ndarray  # [T, K] bool, an episode ended after step t
+    done_values: np.ndarray  # [T, K] float32, the bootstrap where it ended (0 at a terminal)
+    resets: np.ndarray  # [T, K] bool, the LSTM state is zeroed before step t
+    last_values: np.ndarray  # [K] float32, V(s_T): the bootstrap of each column's last stretch
+    start_state: State  # the LSTM state before step 0 (detached), where the replay starts
+
+    @classmethod
+    def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: State,
+              distribution: ActionDistribution, frames_uint8: bool = False) -> Rollout:
+        per_step = {"log_probs": np.float32, "rewards": np.float32, "values": np.float32, "dones": bool,
+                    "done_values": np.float32, "resets": bool}
+        arrays: dict[str, Any] = {name: np.zeros((steps, envs), dtype=dtype) for name, dtype in per_step.items()}
+        return cls(
+            obs=np.zeros((steps, envs, *obs_shape), dtype=np.uint8 if frames_uint8 else np.float32),
+            actions=np.zeros((steps, envs, *distribution.action_shape), dtype=distribution.action_dtype),
+            **arrays,
+            last_values=np.zeros(envs, dtype=np.float32),
+            start_state=start_state,
+        )
+
+    def store_obs(self, t: int, obs: np.ndarray) -> None:
+        """Step t's observations [K, *obs_shape], as this rollout stores them."""
+        if self.obs.dtype == np.uint8:
+            np.rint(np.clip(obs, 0.0, 1.0) * FRAME_LEVELS, out=self.obs[t], casting="unsafe")
+        else:
+            self.obs[t] = obs
+
+    def observations(self) -> torch.Tensor:
+        """The observations [T, K, *obs_shape] as the model reads them: float32 (a view when stored so)."""
+        if self.obs.dtype == np.uint8:
+            return torch.from_numpy(self.obs).float().div_(FRAME_LEVELS)
+        return torch.from_numpy(self.obs)
+
+    @property
+    def steps(self) -> int:
+        return self.rewards.size
