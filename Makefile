@@ -10,7 +10,7 @@ TORCH_PIN ?= torch==2.13.0
 TORCH_INDEX ?=
 ARGS ?=
 
-.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-cartpole bench-classic bench-minigrid bench-atari bench-pong bench-pong-compare bench-frames bench-precision bench-vector-env bench-act-graph bench-act-backend bench-peers profile-hot-loop plot notebook clean
+.PHONY: install train train-nodes lint test test-slow smoke bench-throughput bench-multinode bench-classic bench-minigrid bench-atari bench-pong bench-pong-compare bench-precision bench-act-backend bench-peers profile-hot-loop plot notebook clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@# A venv left without pip (python3-venv missing when it was made) is made again, not kept broken.
@@ -52,8 +52,6 @@ bench-multinode: $(STAMP)
 bench-throughput: $(STAMP)
 	$(PY) experiments/bench_throughput.py $(ARGS)
 
-bench-cartpole: $(STAMP)
-	$(PY) experiments/bench_cartpole.py $(ARGS)
 
 # SB3 is only the yardstick here: installed with the `bench` extra, after the CPU torch, so
 # pip keeps that torch (stable-baselines3 accepts torch>=2.8,<3).
@@ -64,7 +62,7 @@ bench-classic: $(STAMP)
 # MiniGrid-Empty-8x8 and DoorKey-5x5 against SB3 PPO (rl-zoo); SEEDS via ARGS='--seeds 1 2'.
 bench-minigrid: $(STAMP)
 	$(PY) -m pip install -q -e '.[bench,minigrid]'
-	$(PY) experiments/bench_minigrid.py $(ARGS)
+	$(PY) experiments/bench_classic.py --suite minigrid $(ARGS)
 
 # GAMES="Breakout Qbert" and SEEDS="0 1" choose; 2.5M agent steps a game, then SB3 PPO as long.
 bench-atari: $(STAMP)
@@ -77,14 +75,10 @@ bench-pong: $(STAMP)
 bench-pong-compare: $(STAMP)
 	$(PY) experiments/bench_pong_compare.py $(ARGS)
 
-bench-frames: $(STAMP)
-	$(PY) experiments/bench_frames.py $(ARGS)
 
 bench-precision: $(STAMP)
 	$(PY) experiments/bench_precision.py $(ARGS)
 
-bench-act-graph: $(STAMP)
-	$(PY) experiments/bench_act_graph.py $(ARGS)
 
 # The acting forward in torch, torch.compile, a frozen TorchScript graph, ONNX Runtime and
 # OpenVINO (installed here for the comparison only; the trainer never imports it).
@@ -97,8 +91,6 @@ bench-act-backend: $(STAMP)
 bench-peers: $(STAMP)
 	$(PY) experiments/bench_peers.py $(ARGS)
 
-bench-vector-env: $(STAMP)
-	$(PY) experiments/bench_vector_env.py $(ARGS)
 
 profile-hot-loop: $(STAMP)
 	$(PY) experiments/profile_hot_loop.py $(ARGS)

@@ -13,8 +13,7 @@ Backends measured, interleaved repeat by repeat so that a busy minute hits them 
 - torch-onednn: the same frozen graph with oneDNN graph fusion on (`torch.jit.enable_onednn_fusion`);
 - onnxruntime (what `--act-backend onnxruntime` runs in the evaluator): the step as an ONNX graph,
   optimized once for this CPU, its weights gathered into the optimized layout at each refresh and
-  fed as inputs (`acting.PreparedStep`). A worker's graph also hands out its encoder's activations
-  for the learn step (about 5% dearer acting, measured in `make bench-throughput`; not this row);
+  fed as inputs (`acting.onnx_backend.PreparedStep`);
 - onnxruntime-rebuild: the weights baked in as initializers, the session rebuilt per refresh;
 - onnxruntime-inputs: the exported graph with the weights as plain inputs, fed every call;
 - openvino: the ONNX graph read and compiled by OpenVINO on its CPU plugin, one inference
@@ -75,7 +74,7 @@ def main():
     from torch.utils.flop_counter import FlopCounterMode
 
     torch.set_num_threads(1)
-    from hogwild_a3c.acting.actor import step_difference
+    from hogwild_a3c.acting.onnx_backend import step_difference
     from hogwild_a3c.config import Config
     from hogwild_a3c.learning.model import build_model
     from hogwild_a3c.run.presets import load_preset
@@ -214,7 +213,7 @@ class TorchFreeze:
     def refresh(self):
         import torch
 
-        from hogwild_a3c.acting.actor import _StepGraph
+        from hogwild_a3c.acting.onnx_backend import _StepGraph
 
         torch.jit.enable_onednn_fusion(self.onednn)
         example = (torch.zeros(8, *self.model.obs_shape), torch.zeros(1, 8, self.model.lstm_size),
@@ -236,14 +235,14 @@ class TorchOneDnn(TorchFreeze):
 
 
 class OnnxRuntimePrepared:
-    """What `--act-backend onnxruntime` runs: acting.OnnxRuntimeActor (optimized once, the weights
+    """What `--act-backend onnxruntime` runs: acting.onnx_backend.OnnxRuntimeActor (optimized once, the weights
     gathered into its layout at each refresh and fed as inputs)."""
     refreshes = True
 
     def __init__(self, model, cfg):
         import onnxruntime
 
-        from hogwild_a3c.acting.actor import OnnxRuntimeActor
+        from hogwild_a3c.acting.onnx_backend import OnnxRuntimeActor
 
         self.actor, self.version = OnnxRuntimeActor(model), onnxruntime.__version__
         self.refresh, self.step = self.actor.refresh, self.actor.step
@@ -257,7 +256,7 @@ class _Exported:
     baked = True
 
     def _export(self, model):
-        from hogwild_a3c.acting.actor import _initializers_to_inputs, _statistics, export_step_graph
+        from hogwild_a3c.acting.onnx_backend import _initializers_to_inputs, _statistics, export_step_graph
 
         self.model, self.graph = model, export_step_graph(model)
         self.params = dict(model.named_parameters())
@@ -298,7 +297,7 @@ class OnnxRuntimeRebuilt(_Exported):
     def refresh(self):
         import onnxruntime
 
-        from hogwild_a3c.acting.actor import _session_options
+        from hogwild_a3c.acting.onnx_backend import _session_options
 
         self._take_weights()
         self.session = onnxruntime.InferenceSession(self.graph.SerializeToString(), _session_options("ORT_ENABLE_ALL"),

@@ -1,6 +1,6 @@
 """`make bench-atari`: Atari games beyond Pong with the default flags, each game for a budget of
 agent steps (2.5M = 10M frames by default), then SB3 PPO with rl-zoo's Atari settings on the
-same game for the same wall time (experiments/sb3_ppo_atari.py), one run after another so each
+same game for the same wall time (experiments/peers/sb3/ppo_atari.py), one run after another so each
 has the whole machine.
 
 The games are `ALE/<Game>-v5` as Gymnasium makes them: sticky actions 0.25, whole games,
@@ -91,9 +91,9 @@ def run_game(game: str, seed: int, args, root: Path) -> None:
     budget = float(pd.read_csv(run_dir / "progress.csv")["time_s"].iloc[-1])
     out = root / f"{stamp}-{game}-s{seed}-ppo"
     out.mkdir(parents=True)
-    command = [sys.executable, str(EXPERIMENTS / "sb3_ppo_atari.py"), env_id, str(seed), str(budget),
+    command = [sys.executable, str(EXPERIMENTS / "peers" / "sb3" / "ppo_atari.py"), env_id, str(seed), str(budget),
                str(out / "episodes.csv")]
-    print(f"$ sb3_ppo_atari.py {env_id} {seed} {budget:.0f}", flush=True)
+    print(f"$ peers/sb3/ppo_atari.py {env_id} {seed} {budget:.0f}", flush=True)
     proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode != 0:
         print(f"{game} seed {seed}: SB3 PPO failed:\n{proc.stderr[-2000:]}", flush=True)
@@ -277,7 +277,7 @@ def report(root: Path, config: dict, name: str, args) -> None:
                       "trainer flags": f"--env ALE/<Game>-v5 --seed S {args.extra_flags}".strip()
                                        + f" (harness: --max-steps {args.steps} --no-progress --run-dir DIR)",
                       "reference": ("SB3 PPO with rl-zoo's Atari settings for our run's wall time "
-                                    "(experiments/sb3_ppo_atari.py), run after ours on the same machine"
+                                    "(experiments/peers/sb3/ppo_atari.py), run after ours on the same machine"
                                     if with_reference else "none (--no-reference)"),
                       "human_normalized": "(train_mean - random) / (human - random), DQN Nature paper's scores",
                       "anchors": "Dopamine's DQN, Rainbow and IQN at 10M frames (2.5M agent steps; these runs: "

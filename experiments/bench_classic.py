@@ -6,7 +6,7 @@ mean of the last 20 training episodes, on the same machine in the same run, seed
 Two clocks per run: `time_s` from the start of training (the trainer's own clock, which starts
 before it spawns its workers; SB3's from just before it builds its envs), and `wall_s` from the
 launch of the process (Python and torch imports included). The trainer is stopped with SIGINT
-once its episodes.csv shows the threshold; SB3 stops itself (experiments/sb3_a2c.py).
+once its episodes.csv shows the threshold; SB3 stops itself (experiments/peers/sb3/a2c.py).
 `load1` is the machine's 1-minute load average when the run started (the machine is shared).
 Envs and settings: experiments/configs/classic.json. An env whose package is missing (Box2D
 for LunarLander) is skipped with a note. Writes experiments/results/classic/classic.{md,csv}.
@@ -74,12 +74,13 @@ def run_ours(env: str, seed: int, target: float, window: int, budget_s: float, r
 
 
 def run_sb3(env: str, seed: int, target: float, window: int, budget_s: float, settings: dict) -> dict:
-    command = [sys.executable, str(EXPERIMENTS / "sb3_a2c.py"), env, str(seed), str(target), str(budget_s),
+    script = EXPERIMENTS / "peers" / "sb3" / "a2c.py"
+    command = [sys.executable, str(script), env, str(seed), str(target), str(budget_s),
                repr(time.time()), json.dumps({**settings, "window": window})]
-    print("$ sb3_a2c.py", env, seed, target, flush=True)
+    print("$ peers/sb3/a2c.py", env, seed, target, flush=True)
     out = subprocess.run(command, capture_output=True, text=True)
     if out.returncode != 0:
-        raise SystemExit(f"sb3_a2c.py failed:\n{out.stderr[-2000:]}")
+        raise SystemExit(f"peers/sb3/a2c.py failed:\n{out.stderr[-2000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if not result["reached"]:
         result.update(time_s=float("nan"), wall_s=float("nan"), steps=-1)
@@ -195,4 +196,9 @@ def render(rows: list[dict], notes: list[str], config: dict, seeds: list[int], f
 
 
 if __name__ == "__main__":
-    main()
+    # `make bench-minigrid` is this protocol with experiments/configs/minigrid.json.
+    suite = argparse.ArgumentParser(add_help=False)
+    suite.add_argument("--suite", choices=["classic", "minigrid"], default="classic")
+    known, rest = suite.parse_known_args()
+    sys.argv[1:] = rest
+    main(known.suite)

@@ -18,7 +18,7 @@ medians. With fewer cores than nodes x workers, nothing is pinned and the report
   layouts: the training mean and the latest evaluation at 250k, 500k, 750k and 1M agent steps
   (per agent step, not per second). Writes pinned-pong-1m.md.
 
-The sync round's own time is measured by `experiments/bench_syncer.py`.
+The sync round's own time was measured by a script since retired (results README, "Several nodes").
 """
 from __future__ import annotations
 

@@ -3,13 +3,10 @@ on this CPU, against float32, and how far its gradients are from float32's.
 
 One real Worker (one thread, as the trainer gives each worker) on Pong with the `atari` preset
 collects --rollouts rollouts of real frames. Then, rollout by rollout and rotating which goes
-first, the worker's own `learn` (replay forward, loss, backward, clip, Adam) runs once in each
+first, the worker's own learner (replay forward, loss, backward, clip, Adam) runs once in each
 precision: float32; the encoder in bf16 (what `--learn-precision bf16` does: autocast around the
 encoder only, the LSTM, heads, loss, gradients and Adam in float32); and the whole learn step
-under `torch.autocast("cpu", torch.bfloat16)` (the LSTM and heads' matmuls too). Where the worker
-acts through ONNX Runtime, which keeps the encoder's activations, the first two run twice: with
-the encoder replayed, and with its gradient taken from the kept activations (`encoder_grad`, what
-a run does). The acting
+under `torch.autocast("cpu", torch.bfloat16)` (the LSTM and heads' matmuls too). The acting
 forward (`model.step` on the preset's batch of envs) is timed in float32 and under whole autocast.
 Medians of the per-rollout times and of their ratio (float32 / other: above 1 means faster).
 
@@ -21,7 +18,6 @@ what a harmless difference looks like. Writes experiments/results/precision/<dat
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import statistics
 import time
 
@@ -33,18 +29,15 @@ def main():
     cfg, worker, reports = pong_worker(args.preset)
     import torch
 
-    from hogwild_a3c.learning.precision import encoder_context, learn_dtype
+    from hogwild_a3c.learning.precision import encoder_context
 
     def bf16():
         return torch.autocast("cpu", dtype=torch.bfloat16)
 
-    # name -> (what the whole learn step runs under, the worker's encoder precision, from kept activations)
-    precisions = {"float32": (contextlib.nullcontext, "float32", False),
-                  "bf16 encoder": (contextlib.nullcontext, "bf16", False),
-                  "bf16 whole step": (bf16, "float32", False)}
-    if worker.actor.keeps_activations:
-        precisions.update({"float32, kept activations": (contextlib.nullcontext, "float32", True),
-                           "bf16 encoder, kept activations": (contextlib.nullcontext, "bf16", True)})
+    # name -> (what the whole learn step runs under, the learner's encoder precision)
+    precisions = {"float32": (contextlib.nullcontext, "float32"),
+                  "bf16 encoder": (contextlib.nullcontext, "bf16"),
+                  "bf16 whole step": (bf16, "float32")}
     learn_ms: dict[str, list[float]] = {name: [] for name in precisions}
     act_ms: dict[str, list[float]] = {name: [] for name in ("float32", "bf16 whole step")}
     compared = [name for name in precisions if name != "float32"]
@@ -56,9 +49,9 @@ def main():
 
     def arm(rollout, name: str):
         """The context to learn under, and the rollout as the arm's learn step sees it."""
-        context, precision, kept = precisions[name]
-        worker.encoder_context, worker.learn_dtype = encoder_context(precision), learn_dtype(precision)
-        return context, rollout if kept else dataclasses.replace(rollout, kept=[])
+        context, precision = precisions[name]
+        worker.learner.encoder_context = encoder_context(precision)
+        return context, rollout
 
     def gradient_of(rollout, name: str) -> torch.Tensor:
         context, seen = arm(rollout, name)
@@ -66,7 +59,7 @@ def main():
 
         def grab(phase: str) -> None:
             if phase == "backward":
-                grads.append(torch.cat([p.grad.flatten() for p in worker.params]))
+                grads.append(torch.cat([p.grad.flatten() for p in worker.learner.params]))
                 raise GradientTaken
         with context(), contextlib.suppress(GradientTaken):
             worker.learner.learn(seen, phase_done=grab)

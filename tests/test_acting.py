@@ -272,7 +272,8 @@ def test_elus_between_convs_work_in_the_blocked_layout_with_the_same_values(also
     exported = helper.make_model(helper.make_graph(nodes, "convs", [values("x", 1, [None, 3, 21, 21])], outputs,
                                                    weights), opset_imports=[helper.make_opsetid("", 17)])
     x = {"x": rng.normal(0, 1, (4, 3, 21, 21)).astype(np.float32)}
-    expected = onnxruntime.InferenceSession(exported.SerializeToString(), onnx_backend._session_options("ORT_DISABLE_ALL"),
+    options = onnx_backend._session_options("ORT_DISABLE_ALL")
+    expected = onnxruntime.InferenceSession(exported.SerializeToString(), options,
                                             providers=["CPUExecutionProvider"]).run(None, x)
     onnx_backend.elu_from_exp(exported)
     graph = onnx_backend._optimized(exported)

@@ -1,6 +1,6 @@
 """The dead-LSTM warning: the evaluator measures the cell state and the spread of h over each
 evaluation, and the main process warns once when both say the network is dead. A dead network
-is made as the dead Pong networks were (experiments/lstm_health.py): every gate saturated,
+is made as the dead Pong networks were (results README, "The reference's LSTM forget-gate bias"): every gate saturated,
 input and forget gates open and the cell input +1 (biases +100), so c counts up one per step,
 and the output gate shut (-100), so h is 0 whatever the input."""
 import pytest

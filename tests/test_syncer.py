@@ -14,20 +14,15 @@ import pytest
 import torch
 
 from hogwild_a3c.learning.model import build_model
+from hogwild_a3c.nodes.rounds import MomentsSync, ParamSync, PeerDataError, RoundResult, decode_steps, encode_steps
 from hogwild_a3c.nodes.syncer import (
     FAILED,
     REFUSED,
     RUNNING,
     STARTING,
     STOPPED,
-    MomentsSync,
-    ParamSync,
-    PeerDataError,
-    RoundResult,
     SyncError,
     SyncStatus,
-    decode_steps,
-    encode_steps,
     free_port,
     pick_source,
     run_syncer,
@@ -512,7 +507,7 @@ def assert_moments_of(moments, stream):
 def test_in_process_statistics_merge_to_those_of_the_joined_stream():
     """Two nodes in one process with a hand-made SUM; node b's workers fold a batch in while the
     "all-reduce" is in flight: it stays on b and reaches a with the next round."""
-    from hogwild_a3c.nodes.syncer import MomentsSync
+    from hogwild_a3c.nodes.rounds import MomentsSync
 
     rng = np.random.default_rng(0)
     a, b = shared_moments(), shared_moments()

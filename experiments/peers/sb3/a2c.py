@@ -2,7 +2,7 @@
 training episodes reaches TARGET; prints one JSON line. The reference for `make bench-classic`
 and `make bench-minigrid`; run as its own process so each run starts cold, like the trainer's.
 
-usage: sb3_a2c.py ENV SEED TARGET BUDGET_S LAUNCH_TIME JSON_SETTINGS
+usage: a2c.py ENV SEED TARGET BUDGET_S LAUNCH_TIME JSON_SETTINGS
 JSON_SETTINGS: {"n_envs": 8, "normalize": false, "threads": 1, "kwargs": {...keyword arguments},
                 "algo": "A2C" or "PPO", "env_wrapper": "module.Class" (rl-zoo's env_wrapper, e.g.
                 minigrid.wrappers.FlatObsWrapper; its module is imported first, which registers its envs)}

@@ -11,7 +11,7 @@ that the wrapper repeats the action, and ALE's own sticky actions (0.25 per fram
 they are for our trainer. The Monitor sits under the wrapper, so the returns are whole games,
 unclipped.
 
-usage: sb3_ppo_atari.py ENV_ID SEED BUDGET_S EPISODES_CSV
+usage: ppo_atari.py ENV_ID SEED BUDGET_S EPISODES_CSV
 """
 import csv
 import json
