@@ -15,22 +15,49 @@ import math
 import numbers
 import os
 import re
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .envs.kwargs import env_kwargs_problem
 from .files.atomic import shown
 
 
-def _opt(default: Any, help: str, resumable: bool = False, experiment: bool = True, required_when_saved: bool = False,
-         **argparse_kwargs: Any) -> Any:
-    return field(default=default, metadata={"help": help, "resumable": resumable, "experiment": experiment,
-                                            "required_when_saved": required_when_saved, **argparse_kwargs})
+@dataclass(frozen=True)
+class _Group:
+    """A group of `--help`, and the maker of its fields: each field says in its metadata which
+    group it is in, whether a preset may set it, whether a resume may change it and whether it is
+    part of the experiment, so that a new setting is one declaration."""
+
+    title: str
+
+    def opt(self, default: Any, help: str, resumable: bool = False, experiment: bool = True,
+            required_when_saved: bool = False, preset: bool = False, **argparse_kwargs: Any) -> Any:
+        return field(default=default, metadata={
+            "help": help, "group": self.title, "preset": preset, "resumable": resumable, "experiment": experiment,
+            "required_when_saved": required_when_saved, **argparse_kwargs})
+
+    def preset(self, default: Any, help: str, **kwargs: Any) -> Any:
+        """A field of the algorithm or the model, which a preset file may set."""
+        return self.opt(default, help, preset=True, **kwargs)
+
+    def run(self, default: Any, help: str, **argparse_kwargs: Any) -> Any:
+        """A field about how this run is carried out, not what it computes: resumable, not part of the experiment."""
+        return self.opt(default, help, resumable=True, experiment=False, **argparse_kwargs)
 
 
-def _run(default: Any, help: str, **argparse_kwargs: Any) -> Any:
-    """A field about how this run is carried out, not what it computes: resumable, not part of the experiment."""
-    return _opt(default, help, resumable=True, experiment=False, **argparse_kwargs)
+ENV = _Group("environment")
+PROCS = _Group("processes")
+NODES = _Group("several machines (under torchrun; see the README)")
+BUDGET = _Group("budgets (a run stops at the first one reached)")
+ALGO = _Group("algorithm (defaults shown are universe's; --preset auto replaces them: atari on Atari frames, vector on "
+              "flat observations)")
+LOGS = _Group("evaluation, logging and the run directory")
+FAULTS = _Group("faults")
+# The metadata keys that are not argparse's.
+_OWN_KEYS = ("help", "group", "preset", "resumable", "experiment", "required_when_saved")
 
 
 RENAMED = {"seed": "universe", "fast": "luminance"}  # old name of a preset or --frame mode -> its name now
@@ -38,145 +65,145 @@ RENAMED = {"seed": "universe", "fast": "luminance"}  # old name of a preset or -
 
 @dataclass
 class Config:
-    # What to train on
-    env: str = _opt("ALE/Pong-v5", "Gymnasium id (also `module:EnvId-v0`) with a Discrete action space",
-                    required_when_saved=True)
-    env_kwargs: dict = _opt(
-        None, "extra keyword arguments for gymnasium.make, as KEY=VALUE (VALUE a Python literal)", nargs="*"
-    )
+    env: str = ENV.opt("ALE/Pong-v5", "Gymnasium id (also `module:EnvId-v0`) whose action space has a distribution "
+                       "(learning/distributions.py: Discrete)",
+                       required_when_saved=True)
+    env_kwargs: dict = ENV.opt(None, "extra keyword arguments for gymnasium.make, as KEY=VALUE (VALUE a Python "
+                               "literal)", nargs="*")
     # Where the defaults below come from (see hogwild_a3c/presets/ and README "Presets")
-    preset: str = _opt("auto", "settings to start from: auto picks by env (the env's own preset file if the package "
-                       "has one, else `atari` for Atari frames, `grid` for small grid images such as MiniGrid's, "
-                       "`vector` for the rest); or a preset "
-                       "name: atari, universe, vector, ...; --config and flags override it")
-    config: str | None = _opt(None, experiment=False, help="a JSON file of settings (keys are flag names with _ or -, "
-                              "e.g. {\"lr\": 0.001}); it may name a \"preset\" to start from; flags override it")
-    frame: str = _opt("luminance", "how Atari frames become grey: luminance = ALE's own luminance greyscale; universe "
-                      "= the mean of the RGB channels, as universe's _process_frame42 (35 us more per frame); other "
-                      "envs ignore it", choices=["luminance", "universe", *RENAMED], metavar="{luminance,universe}")
-    image_size: int = _opt(42, "Atari frames (cropped to 160x160 first) and images larger than SIZE on a side "
-                           "become grey and SIZE x SIZE, as the reference treats pixels (84: the DQN papers' "
-                           "frames, ~3x the compute a step); smaller images go to the conv as they are (a grid of "
-                           "up to 16 a side, such as MiniGrid's, at full resolution)", metavar="SIZE")
-    frame_stack: int = _opt(1, "Atari: the policy sees the last K frames stacked as channels (4 in the DQN papers), "
-                            "so its conv sees motion; 1 = one frame, the LSTM carrying the past (universe's)",
-                            metavar="K")
+    preset: str = ENV.opt("auto", "settings to start from: auto picks by env (the env's own preset file if the "
+                          "package has one, else `atari` for Atari frames, `grid` for small grid images such as "
+                          "MiniGrid's, `vector` for the rest); or a preset name: atari, universe, vector, ...; "
+                          "--config and flags override it")
+    config: str | None = ENV.opt(None, experiment=False,
+                                 help="a JSON file of settings (keys are flag names with _ or -, e.g. {\"lr\": "
+                                      "0.001}); it may name a \"preset\" to start from; flags override it")
+    frame: str = ENV.opt("luminance", "how Atari frames become grey: luminance = ALE's own luminance greyscale; "
+                         "universe = the mean of the RGB channels, as universe's _process_frame42; other envs ignore "
+                         "it", choices=["luminance", "universe", *RENAMED], metavar="{luminance,universe}")
+    image_size: int = ENV.preset(42, "Atari frames (cropped to 160x160 first) and images larger than SIZE on a side "
+                                 "become grey and SIZE x SIZE, as the reference treats pixels (84: the DQN papers' "
+                                 "frames); smaller images go to the conv as they are (a grid of up to 16 a side, "
+                                 "such as MiniGrid's, at full resolution)", metavar="SIZE")
+    frame_stack: int = ENV.preset(1, "Atari: the policy sees the last K frames stacked as channels (4 in the DQN "
+                                  "papers), so its conv sees motion; 1 = one frame, the LSTM carrying the past "
+                                  "(universe's)", metavar="K")
     # The Atari protocol (other envs ignore all but --clip-reward); `--preset universe` has none of it
-    clip_reward: bool = _opt(False, "clip each reward to [-1, 1] for learning, as the A3C paper does on Atari; the "
-                             "logged and evaluated returns stay unclipped", negatable=True)
-    life_loss: bool = _opt(False, "Atari: a lost life ends a stretch of value bootstrapping (the value beyond it "
-                           "counts 0) without resetting the game or the LSTM", negatable=True)
-    fire_reset: bool = _opt(False, "Atari games whose second action is FIRE: press it after each reset and each lost "
-                            "life (Breakout's ball waits for it); evaluation does the same", negatable=True)
-    max_pool: bool = _opt(False, "Atari: repeat each action over the frameskip here and see the pixelwise max of "
-                          "the last two frames, not ALE v5's last one (shots drawn on alternate frames stay "
-                          "visible); evaluation does the same", negatable=True)
-    # Processes
-    num_workers: int | None = _opt(None, "worker processes; 0 runs one worker in the main process (serial, "
-                                   "repeatable); default: one per core", resumable=True)
-    envs_per_worker: int = _opt(1, "environments each worker steps, acting on them as one batch; a worker then updates "
-                                "once per envs x rollout steps, so raise --lr with it (the atari preset: 8 envs, 10 "
-                                "steps, 4e-4)")
-    seed: int = _opt(0, "seed of the model initialisation, the workers and the environments", experiment=False)
-    start_method: str = _run("spawn", "how children start (fork is unsafe with a warm OpenMP pool)",
-                             choices=["spawn", "forkserver"])
-    sync_interval: float = _run(1.0, "multi-node runs (under torchrun): seconds between syncs of the nodes' models "
-                                     "(0.5-1 suits 1 GbE, 0.1 suits 10 GbE)")
-    sync_mode: str = _opt("sum", "multi-node runs: sum = every node's updates reach every node (A3C, like universe's "
-                          "parameter server); avg = model averaging", choices=["sum", "avg"])
-    sync_timeout: float = _run(60.0, "multi-node runs: seconds a sync may wait for a frozen node before it fails")
-    trust_network: bool = _run(False, "multi-node runs: start without HOGWILD_RUN_TOKEN, admitting any machine that "
-                                      "reaches the rendezvous (only on a network that your machines alone can reach)")
-    # Budgets
-    max_steps: int | None = _run(None, "stop after this many agent steps, summed over workers (total, across resumes)")
-    max_seconds: float | None = _run(None, "stop after this many seconds of run time (total, across resumes)")
-    target_return: float | None = _run(None, "stop once the mean of the last --eval-episodes evaluation returns "
+    clip_reward: bool = ENV.preset(False, "clip each reward to [-1, 1] for learning, as the A3C paper does on Atari; "
+                                   "the logged and evaluated returns stay unclipped", negatable=True)
+    life_loss: bool = ENV.preset(False, "Atari: a lost life ends a stretch of value bootstrapping (the value beyond "
+                                 "it counts 0) without resetting the game or the LSTM", negatable=True)
+    fire_reset: bool = ENV.preset(False, "Atari games whose second action is FIRE: press it after each reset and each "
+                                  "lost life (Breakout's ball waits for it); evaluation does the same", negatable=True)
+    max_pool: bool = ENV.preset(False, "Atari: repeat each action over the frameskip here and see the pixelwise max "
+                                "of the last two frames, not ALE v5's last one (shots drawn on alternate frames stay "
+                                "visible); evaluation does the same", negatable=True)
+    num_workers: int | None = PROCS.opt(None, "worker processes; 0 runs one worker in the main process (serial, "
+                                        "repeatable); default: one per core", resumable=True)
+    envs_per_worker: int = PROCS.preset(1, "environments each worker steps, acting on them as one batch; a worker "
+                                        "then updates once per envs x rollout steps, so raise --lr with it (the "
+                                        "atari preset: 8 envs, 10 steps, 4e-4)")
+    seed: int = PROCS.opt(0, "seed of the model initialisation, the workers and the environments", experiment=False)
+    start_method: str = PROCS.run("spawn", "how children start (fork is unsafe with a warm OpenMP pool)",
+                                  choices=["spawn", "forkserver"])
+    sync_interval: float = NODES.run(1.0, "multi-node runs (under torchrun): seconds between syncs of the nodes' "
+                                     "models (0.5-1 suits 1 GbE, 0.1 suits 10 GbE)")
+    sync_mode: str = NODES.opt("sum", "multi-node runs: sum = every node's updates reach every node (A3C, like "
+                               "universe's parameter server); avg = model averaging", choices=["sum", "avg"])
+    sync_timeout: float = NODES.run(60.0, "multi-node runs: seconds a sync may wait for a frozen node before it fails")
+    trust_network: bool = NODES.run(False, "multi-node runs: start without HOGWILD_RUN_TOKEN, admitting any machine "
+                                    "that reaches the rendezvous (only on a network that your machines alone can "
+                                    "reach)")
+    max_steps: int | None = BUDGET.run(None, "stop after this many agent steps, summed over workers (total, across "
+                                       "resumes)")
+    max_seconds: float | None = BUDGET.run(None, "stop after this many seconds of run time (total, across resumes)")
+    target_return: float | None = BUDGET.run(None, "stop once the mean of the last --eval-episodes evaluation returns "
                                              "reaches this")
-    # Algorithm (universe's values)
-    rollout_steps: int = _opt(20, "steps per environment between updates")
-    gamma: float = _opt(0.99, "discount factor")
-    gae_lambda: float = _opt(1.0, "GAE lambda (1.0: advantages are discounted returns minus values)")
-    lr: float = _opt(1e-4, "the optimizer's learning rate")
-    lr_warmup_updates: int = _opt(0, "raise each optimizer's learning rate linearly from 0 to --lr over its first this "
-                                  "many updates (0: none, as universe); with Adam, 2000 = 2 / (1 - beta2) is the usual "
-                                  "untuned choice")
-    lr_decay_steps: int = _opt(0, "lower the learning rate linearly from --lr to 0 at this many agent steps, summed "
-                               "over workers (the A3C paper's annealing over the run; 0: none, as universe); set it to "
-                               "--max-steps, and raise both together on resume (the rate then rises to the new line)",
-                               resumable=True)
-    entropy_coef: float = _opt(0.01, "weight of the entropy bonus")
-    value_coef: float = _opt(0.5, "weight of the value loss")
-    max_grad_norm: float = _opt(40.0, "clip gradients to this global norm")
-    normalize_advantages: bool = _opt(False, "scale each update's advantages to mean 0 and std 1 over its batch (as "
-                                      "PPO, Sample Factory and rl_games do), so the policy term keeps one size "
-                                      "against the entropy and value terms whatever the rewards' scale", negatable=True)
-    epochs: int = _opt(1, "updates a worker makes from each rollout: 1 is A3C's one; each further pass pulls the "
-                       "shared weights again and learns from the same rollout with PPO's clipped policy term "
-                       "(--ratio-clip), so a frame teaches more at the cost of one more learn step; each pass is one "
-                       "optimizer update, as --lr-warmup-updates counts them", metavar="N")
-    ratio_clip: float = _opt(0.1, "with --epochs above 1: the passes after the first stop pushing a sample's action "
-                             "probability once it is this fraction away from where the first pass found it (PPO's "
-                             "clip range)", metavar="EPS")
-    optimizer: str = _opt("adam", "adam: each worker its own Adam statistics (universe); shared-adam: one set in "
-                          "shared memory; rmsprop, shared-rmsprop: the A3C paper's RMSprop (decay 0.99, epsilon 0.1), "
-                          "per worker or shared", choices=["adam", "shared-adam", "rmsprop", "shared-rmsprop"])
-    lstm_size: int = _opt(256, "LSTM hidden units (--core lstm)")
-    lstm_forget_bias: float = _opt(1.0, "the LSTM's forget-gate bias at initialisation: 1.0 is universe's (TF's "
-                                        "BasicLSTMCell adds 1 to the forget gate); runs saved without it read 0.0")
-    core: str = _opt("lstm", "recurrent LSTM core (universe) or a feedforward one (mlp: the encoder feeds the heads)",
-                     choices=["lstm", "mlp"])
-    hidden_size: int = _opt(128, "units of each of the 2 layers of the encoder for vector observations")
-    encoder: str = _opt("universe", "what reads Atari frames and images: universe (4 3x3 convs of stride 2, 32 "
-                        "filters, ELU), nature (the DQN Nature paper's 3 convs and 512 units, ReLU, "
-                        "layer-normalized before an LSTM; for --image-size 84), impala (IMPALA's 3 residual stacks "
-                        "and 256 units, layer-normalized; ~9x universe's compute); small grids keep their own",
-                        choices=["universe", "nature", "impala"])
-    activation: str = _opt("elu", "activation of the vector encoder", choices=["elu", "tanh"])
-    value_net: str = _opt("shared", "shared: the value head shares the policy's encoder and core; separate: with "
-                          "--core mlp, an MLP of its own (the lstm core then shares); mlp: an MLP of its own with "
-                          "either core, so with the lstm core the value has no memory (vector observations only)",
-                          choices=["shared", "separate", "mlp"])
-    loss_reduction: str = _opt("sum", "sum: universe's loss summed over the batch; mean: averaged, so the clip "
-                               "threshold and lr do not depend on the batch size", choices=["sum", "mean"])
-    normalize_obs: bool = _opt(False, "scale observations by running mean and std (statistics shared by every process "
-                               "and saved in checkpoints)", negatable=True)
-    normalize_reward: bool = _opt(False, "scale rewards by the running std of the discounted return (shared and "
-                                  "checkpointed like --normalize-obs)", negatable=True)
-    act_backend: str = _run("auto", "what runs the acting forward in workers and the evaluator: onnxruntime (the "
-                            "same step as an ONNX graph, ~1.3x faster a forward on Atari frames), torch, or auto: "
-                            "onnxruntime for a conv encoder with an LSTM core when it is installed, else torch",
-                            choices=["auto", "torch", "onnxruntime"])
-    learn_precision: str = _run("auto", "the learn step's encoder (its replay forward and backward): bf16 (autocast; "
-                                "~1.4-1.6x faster a learn step where the CPU has AVX-512 BF16 or AMX, emulated and "
-                                "slower elsewhere; the LSTM, heads, gradients and optimizer stay float32), float32, "
-                                "or auto: bf16 for a conv encoder on a CPU with native bf16, else float32",
-                                choices=["auto", "float32", "bf16"])
-    # Evaluation and logging
-    eval_interval: float = _run(60.0, "seconds between evaluations of the shared policy")
-    eval_episodes: int = _opt(5, "episodes per evaluation; 0 starts no evaluator", resumable=True)
-    eval_nice: int = _run(0, "how much lower the evaluator's scheduling priority is than the workers' (os.nice, 0-19): "
-                             "higher leaves the workers more of busy cores, and its episodes take longer; "
-                             "--num-workers 0 plays them in the main process, at its priority")
-    progress_interval: float = _run(5.0, "seconds between progress.csv rows")
-    checkpoint_interval: float = _run(300.0, "seconds between checkpoints/latest.pt saves")
-    keep_checkpoints: int = _run(3, "numbered checkpoints kept besides latest.pt and best.pt")
-    run_dir: str | None = _opt(None, "run directory (default: runs/<env>/<timestamp>-s<seed>)", experiment=False)
-    progress: bool = _run(True, "the tqdm progress bar (--no-progress: none; logs still go to the run directory)",
-                          negatable=True)
-    tensorboard: bool = _run(False, "also write TensorBoard event files (needs the `tensorboard` extra)")
-    wandb: bool = _run(False, "also log to Weights & Biases (needs the `wandb` extra): offline into the run directory "
-                              "unless WANDB_MODE says otherwise; `wandb sync` uploads it later")
-    # Faults
-    max_worker_restarts: int = _run(0, "restart a dead worker up to this many times in all, instead of stopping the "
-                                       "run")
-    stall_timeout: float = _run(120.0, "report a worker or the evaluator that made no progress for this many seconds "
-                                       "after it started")
-    max_env_errors: int = _run(10, "consecutive environment exceptions a worker survives (env recreated, rollout "
-                                   "dropped)")
-    max_evaluator_restarts: int = _run(3, "restart a dead evaluator up to this many times in all; once more stops the "
-                                          "run")
-    max_skipped_updates: int = _run(100, "stop the run when a worker skips this many updates in a row (non-finite loss "
-                                         "or gradient)")
+    rollout_steps: int = ALGO.preset(20, "steps per environment between updates")
+    gamma: float = ALGO.preset(0.99, "discount factor")
+    gae_lambda: float = ALGO.preset(1.0, "GAE lambda (1.0: advantages are discounted returns minus values)")
+    lr: float = ALGO.preset(1e-4, "the optimizer's learning rate")
+    lr_warmup_updates: int = ALGO.preset(0, "raise each optimizer's learning rate linearly from 0 to --lr over its "
+                                         "first this many updates (0: none, as universe); with Adam, 2000 = 2 / (1 - "
+                                         "beta2) is the usual untuned choice")
+    lr_decay_steps: int = ALGO.preset(0, "lower the learning rate linearly from --lr to 0 at this many agent steps, "
+                                      "summed over workers (the A3C paper's annealing over the run; 0: none, as "
+                                      "universe); set it to --max-steps, and raise both together on resume (the rate "
+                                      "then rises to the new line)", resumable=True)
+    entropy_coef: float = ALGO.preset(0.01, "weight of the entropy bonus")
+    value_coef: float = ALGO.preset(0.5, "weight of the value loss")
+    max_grad_norm: float = ALGO.preset(40.0, "clip gradients to this global norm")
+    normalize_advantages: bool = ALGO.preset(False, "scale each update's advantages to mean 0 and std 1 over its "
+                                             "batch (as PPO, Sample Factory and rl_games do), so the policy term "
+                                             "keeps one size against the entropy and value terms whatever the "
+                                             "rewards' scale", negatable=True)
+    epochs: int = ALGO.preset(1, "updates a worker makes from each rollout: 1 is A3C's one; each further pass pulls "
+                              "the shared weights again and learns from the same rollout with PPO's clipped policy "
+                              "term (--ratio-clip), so a frame teaches more at the cost of one more learn step; each "
+                              "pass is one optimizer update, as --lr-warmup-updates counts them", metavar="N")
+    ratio_clip: float = ALGO.preset(0.1, "with --epochs above 1: the passes after the first stop pushing a sample's "
+                                    "action probability once it is this fraction away from where the first pass "
+                                    "found it (PPO's clip range)", metavar="EPS")
+    optimizer: str = ALGO.preset("adam", "adam: each worker its own Adam statistics (universe); shared-adam: one set "
+                                 "in shared memory; rmsprop, shared-rmsprop: the A3C paper's RMSprop (decay 0.99, "
+                                 "epsilon 0.1), per worker or shared",
+                                 choices=["adam", "shared-adam", "rmsprop", "shared-rmsprop"])
+    lstm_size: int = ALGO.preset(256, "LSTM hidden units (--core lstm)")
+    lstm_forget_bias: float = ALGO.preset(1.0, "the LSTM's forget-gate bias at initialisation: 1.0 is universe's "
+                                          "(TF's BasicLSTMCell adds 1 to the forget gate); runs saved without it "
+                                          "read 0.0")
+    core: str = ALGO.preset("lstm", "recurrent LSTM core (universe) or a feedforward one (mlp: the encoder feeds the "
+                            "heads)", choices=["lstm", "mlp"])
+    hidden_size: int = ALGO.preset(128, "units of each of the 2 layers of the encoder for vector observations")
+    encoder: str = ALGO.preset("universe", "what reads Atari frames and images: universe (4 3x3 convs of stride 2, 32 "
+                               "filters, ELU), nature (the DQN Nature paper's 3 convs and 512 units, ReLU, "
+                               "layer-normalized before an LSTM; for --image-size 84), impala (IMPALA's 3 residual "
+                               "stacks and 256 units, layer-normalized); small grids keep their own",
+                               choices=["universe", "nature", "impala"])
+    activation: str = ALGO.preset("elu", "activation of the vector encoder", choices=["elu", "tanh"])
+    value_net: str = ALGO.preset("shared", "shared: the value head shares the policy's encoder and core; separate: "
+                                 "with --core mlp, an MLP of its own (the lstm core then shares); mlp: an MLP of its "
+                                 "own with either core, so with the lstm core the value has no memory (vector "
+                                 "observations only)", choices=["shared", "separate", "mlp"])
+    loss_reduction: str = ALGO.preset("sum", "sum: universe's loss summed over the batch; mean: averaged, so the clip "
+                                      "threshold and lr do not depend on the batch size", choices=["sum", "mean"])
+    normalize_obs: bool = ALGO.preset(False, "scale observations by running mean and std (statistics shared by every "
+                                      "process and saved in checkpoints)", negatable=True)
+    normalize_reward: bool = ALGO.preset(False, "scale rewards by the running std of the discounted return (shared "
+                                         "and checkpointed like --normalize-obs)", negatable=True)
+    act_backend: str = ALGO.run("auto", "what runs the acting forward in workers and the evaluator: onnxruntime (the "
+                                "same step as an ONNX graph, faster a forward on Atari frames), torch, or auto: "
+                                "onnxruntime for a conv encoder with an LSTM core when it is installed, else torch",
+                                choices=["auto", "torch", "onnxruntime"])
+    learn_precision: str = ALGO.run("auto", "the learn step's encoder (its replay forward and backward): bf16 "
+                                    "(autocast; faster where the CPU has AVX-512 BF16 or AMX, emulated and slower "
+                                    "elsewhere; the LSTM, heads, gradients and optimizer stay float32), float32, or "
+                                    "auto: bf16 for a conv encoder on a CPU with native bf16, else float32",
+                                    choices=["auto", "float32", "bf16"])
+    eval_interval: float = LOGS.run(60.0, "seconds between evaluations of the shared policy")
+    eval_episodes: int = LOGS.opt(5, "episodes per evaluation; 0 starts no evaluator", resumable=True)
+    eval_nice: int = LOGS.run(0, "how much lower the evaluator's scheduling priority is than the workers' (os.nice, "
+                              "0-19): higher leaves the workers more of busy cores, and its episodes take longer; "
+                              "--num-workers 0 plays them in the main process, at its priority")
+    progress_interval: float = LOGS.run(5.0, "seconds between progress.csv rows")
+    checkpoint_interval: float = LOGS.run(300.0, "seconds between checkpoints/latest.pt saves")
+    keep_checkpoints: int = LOGS.run(3, "numbered checkpoints kept besides latest.pt and best.pt")
+    run_dir: str | None = LOGS.opt(None, "run directory (default: runs/<env>/<timestamp>-s<seed>)", experiment=False)
+    progress: bool = LOGS.run(True, "the tqdm progress bar (--no-progress: none; logs still go to the run directory)",
+                              negatable=True)
+    tensorboard: bool = LOGS.run(False, "also write TensorBoard event files (needs the `tensorboard` extra)")
+    wandb: bool = LOGS.run(False, "also log to Weights & Biases (needs the `wandb` extra): offline into the run "
+                           "directory unless WANDB_MODE says otherwise; `wandb sync` uploads it later")
+    max_worker_restarts: int = FAULTS.run(0, "restart a dead worker up to this many times in all, instead of stopping "
+                                          "the run")
+    stall_timeout: float = FAULTS.run(120.0, "report a worker or the evaluator that made no progress for this many "
+                                      "seconds after it started")
+    max_env_errors: int = FAULTS.run(10, "consecutive environment exceptions a worker survives (env recreated, "
+                                     "rollout dropped)")
+    max_evaluator_restarts: int = FAULTS.run(3, "restart a dead evaluator up to this many times in all; once more "
+                                             "stops the run")
+    max_skipped_updates: int = FAULTS.run(100, "stop the run when a worker skips this many updates in a row "
+                                          "(non-finite loss or gradient)")
 
     def __post_init__(self) -> None:
         # The reference algorithm was called "seed" (a word --seed already means) before it was
@@ -197,30 +224,30 @@ def experiment_fields() -> set[str]:
 
 
 # What a preset file may set: the algorithm and the model, nothing about processes or budgets.
-PRESET_FIELDS = {
-    "envs_per_worker", "rollout_steps", "gamma", "gae_lambda", "lr", "lr_warmup_updates", "lr_decay_steps",
-    "entropy_coef", "value_coef", "max_grad_norm", "optimizer", "lstm_size", "lstm_forget_bias", "core", "hidden_size",
-    "encoder", "activation", "loss_reduction", "normalize_obs", "normalize_reward", "value_net", "clip_reward",
-    "life_loss", "fire_reset", "max_pool", "image_size", "frame_stack", "normalize_advantages", "epochs", "ratio_clip",
-}
+PRESET_FIELDS = {f.name for f in dataclasses.fields(Config) if f.metadata["preset"]}
 
 
 def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "dict": dict}
-_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object"}
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "an object",
+               list: "a list", tuple: "a list"}
 
 
-def _base_type(f: dataclasses.Field) -> tuple[type, bool]:
-    """(type, optional) of a field from its annotation, e.g. "int | None" -> (int, True)."""
-    annotation = f.type if isinstance(f.type, str) else f.type.__name__
-    parts = [p.strip() for p in annotation.split("|")]
-    return _TYPES[next(p for p in parts if p != "None")], "None" in parts
+def _base_type(hint: Any) -> tuple[type, bool]:
+    """(type, optional) of a field from its type hint: `int | None` -> (int, True), `tuple[int, ...]`
+    -> (tuple, False), `Literal["a", "b"]` -> (str, False)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        return _base_type(inner)[0], True
+    if typing.get_origin(hint) is typing.Literal:
+        return type(args[0]), False
+    return typing.get_origin(hint) or hint, False
 
 
-FIELD_TYPES = {f.name: _base_type(f) for f in dataclasses.fields(Config)}
+FIELD_TYPES = {name: _base_type(hint) for name, hint in typing.get_type_hints(Config).items()}
 
 
 def _fits(value: Any, type_: type, optional: bool) -> bool:
@@ -243,8 +270,8 @@ def typed_values(values: dict[str, Any], where: str) -> tuple[dict[str, Any], li
     for name, value in values.items():
         type_, optional = FIELD_TYPES[name]
         if not _fits(value, type_, optional):
-            errors.append(f"{where}: '{name}' must be {_TYPE_WORDS[type_]}{' or null' if optional else ''} "
-                          f"(got {shown(value)})")
+            words = _TYPE_WORDS.get(type_, f"a {type_.__name__}")
+            errors.append(f"{where}: '{name}' must be {words}{' or null' if optional else ''} (got {shown(value)})")
         elif value is not None and type_ in (int, float):
             typed[name] = type_(value)
         else:
@@ -297,19 +324,9 @@ def config_from_dict(data: Any, source: str) -> Config:
     return cfg
 
 
-# `--help` shows the flags in groups, as Config lists its fields: each group starts at the field
-# named here and takes every field after it up to the next group's first field, so a new field
-# joins the group it is written in.
-HELP_GROUPS = {
-    "env": "environment",
-    "num_workers": "processes",
-    "sync_interval": "several machines (under torchrun; see the README)",
-    "max_steps": "budgets (a run stops at the first one reached)",
-    "rollout_steps": "algorithm (defaults shown are universe's; --preset auto replaces them: atari on Atari frames, "
-                     "vector on flat observations)",
-    "eval_interval": "evaluation, logging and the run directory",
-    "max_worker_restarts": "faults",
-}
+def help_groups() -> list[str]:
+    """The `--help` groups' titles, in the order their first fields are declared."""
+    return list(dict.fromkeys(f.metadata["group"] for f in dataclasses.fields(Config)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -319,19 +336,18 @@ def build_parser() -> argparse.ArgumentParser:
         argument_default=argparse.SUPPRESS,  # so that flags the user actually gave can be told apart
         allow_abbrev=False,  # `--envs 4` must not quietly mean `--envs-per-worker 4`
     )
-    group: argparse._ActionsContainer = parser
+    groups = {title: parser.add_argument_group(title) for title in help_groups()}
     for f in dataclasses.fields(Config):
-        if f.name in HELP_GROUPS:
-            group = parser.add_argument_group(HELP_GROUPS[f.name])
-        kwargs = {k: v for k, v in f.metadata.items() if k not in ("resumable", "experiment", "required_when_saved")}
-        help_text = kwargs.pop("help")
-        if f.type in ("bool", bool):
+        group = groups[f.metadata["group"]]
+        kwargs = {k: v for k, v in f.metadata.items() if k not in _OWN_KEYS}
+        help_text = f.metadata["help"]
+        type_ = FIELD_TYPES[f.name][0]
+        if type_ is bool:
             negatable = kwargs.pop("negatable", False)
             action = argparse.BooleanOptionalAction if negatable else "store_true"
             group.add_argument(flag_name(f.name), action=action,
                                help=help_text + (" (default: from the preset)" if f.name in PRESET_FIELDS else ""))
             continue
-        type_, _ = _base_type(f)
         type_ = str if type_ is dict else type_
         metavar = kwargs.pop("metavar", "KEY=VALUE" if f.name == "env_kwargs" else None)
         if not re.search(r"\bdefault\b", help_text):  # unless the help already tells its default
@@ -346,45 +362,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 MAX_SEED = 2**32 - 1
-# env_kwargs come from files too (config.json, a checkpoint, --config): a crafted value must be
-# refused before gymnasium formats it into a message (a list whose 40 levels share one list has
-# a repr of 2**40 items) or an env is built from it.
-MAX_ENV_KWARGS_DEPTH = 8
-MAX_ENV_KWARGS_VALUES = 10_000
-MAX_ENV_KWARGS_STRING = 10_000
-
-
-def env_kwargs_problem(kwargs: Any) -> str | None:
-    """Why `kwargs` is not plain data of a bounded size (numbers, strings, booleans, null,
-    lists and string-keyed objects, at most 8 levels deep), or None."""
-    budget = [MAX_ENV_KWARGS_VALUES]  # counts every visit, so a value shared by many levels counts each time
-
-    def walk(value: Any, depth: int) -> str | None:
-        budget[0] -= 1
-        if budget[0] < 0:
-            return f"holds more than {MAX_ENV_KWARGS_VALUES:,} values"
-        if depth > MAX_ENV_KWARGS_DEPTH:
-            return f"is nested more than {MAX_ENV_KWARGS_DEPTH} levels deep"
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    return f"has the key {shown(key)}, not a string"
-                problem = walk(item, depth + 1)
-                if problem:
-                    return problem
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                problem = walk(item, depth + 1)
-                if problem:
-                    return problem
-        elif isinstance(value, str) and len(value) > MAX_ENV_KWARGS_STRING:
-            return f"holds a string of {len(value):,} characters (at most {MAX_ENV_KWARGS_STRING:,})"
-        elif value is not None and not isinstance(value, (str, bool, int, float)):
-            return (f"holds {shown(value)}, a {type(value).__name__}; values are numbers, strings, true/false, null, "
-                    "lists and objects")
-        return None
-
-    return walk(kwargs, 0)
 MAX_STEPS = 2**62
 MAX_SYNC_TIMEOUT_S = 86400.0
 
@@ -393,21 +370,9 @@ def _one_of(choices: list[str]) -> str:
     return choices[0] if len(choices) == 1 else f"{', '.join(choices[:-1])} or {choices[-1]}"
 
 
-def _holds_a_run(run_dir: str) -> bool:
-    """A lock file and an empty checkpoints/ are what a start-up that failed leaves: nothing of a
-    run to protect, so the same command may use the folder again."""
-    if not os.path.isdir(run_dir):
-        return False
-    left = set(os.listdir(run_dir)) - {".lock"}
-    checkpoints = os.path.join(run_dir, "checkpoints")
-    if "checkpoints" in left and not os.path.islink(checkpoints) and os.path.isdir(checkpoints) \
-            and not os.listdir(checkpoints):
-        left.discard("checkpoints")
-    return bool(left)
-
-
 def validate(cfg: Config, resuming: bool = False) -> list[str]:
-    """Every problem with `cfg`, one line each, naming the flag and what would be valid."""
+    """Every problem with `cfg`, one line each, naming the flag and what would be valid (a new run's
+    folder is checked by `files.rundir`)."""
     errors = []
     # inf passes most comparisons below and NaN fails them with the wrong reason; no setting means either.
     not_finite = {f.name for f in dataclasses.fields(Config) if FIELD_TYPES[f.name][0] is float
@@ -475,8 +440,4 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(cfg.max_skipped_updates >= 1, "max_skipped_updates", "an integer >= 1", cfg.max_skipped_updates)
     if cfg.target_return is not None and cfg.eval_episodes == 0:
         errors.append("--target-return needs evaluations: give --eval-episodes >= 1")
-    if cfg.run_dir is not None and not resuming and _holds_a_run(cfg.run_dir):
-        errors.append(
-            f"--run-dir {cfg.run_dir} already holds files; continue it with --resume {cfg.run_dir} or name a new folder"
-        )
     return errors

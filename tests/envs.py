@@ -202,15 +202,16 @@ class CueImageEnv(gym.Env):
     where `flip` is 1) earns 1/8; 8 steps an episode, so a return of 1 is every step right and
     chance is 0.25. `form`: "hwc" (uint8 HxWxC), "chw" (uint8 CxHxW), "float" (float32 HxWxC in
     [0, 1]) or "dict" (the uint8 image, `flip` as a Discrete, a `noise` vector and a `mission`
-    text, which the trainer drops)."""
+    text, which the trainer drops). `size`: the image's side (8 unless given)."""
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 8}
     SIZE, STEPS = 8, 8
 
-    def __init__(self, form: str = "hwc", render_mode: str | None = None):
-        self.form, self.render_mode = form, render_mode
-        image = {"hwc": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8), "chw": gym.spaces.Box(0, 255, (3, 8, 8), np.uint8),
-                 "float": gym.spaces.Box(0.0, 1.0, (8, 8, 3), np.float32)}
+    def __init__(self, form: str = "hwc", render_mode: str | None = None, size: int = SIZE):
+        self.form, self.render_mode, self.size = form, render_mode, size
+        image = {"hwc": gym.spaces.Box(0, 255, (size, size, 3), np.uint8),
+                 "chw": gym.spaces.Box(0, 255, (3, size, size), np.uint8),
+                 "float": gym.spaces.Box(0.0, 1.0, (size, size, 3), np.float32)}
         self.observation_space = gym.spaces.Dict({
             "image": image["hwc"], "flip": gym.spaces.Discrete(2),
             "noise": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "mission": gym.spaces.Text(12),
@@ -218,8 +219,8 @@ class CueImageEnv(gym.Env):
         self.action_space = gym.spaces.Discrete(4)
 
     def _image(self) -> np.ndarray:
-        lit = np.zeros((self.SIZE, self.SIZE, 3), dtype=np.uint8)
-        half = self.SIZE // 2
+        lit = np.zeros((self.size, self.size, 3), dtype=np.uint8)
+        half = self.size // 2
         row, col = divmod(self.cue, 2)
         lit[row * half:(row + 1) * half, col * half:(col + 1) * half] = 255
         return lit

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from hogwild_a3c import evaluate, plot
-from hogwild_a3c.config import HELP_GROUPS, Config, build_parser
+from hogwild_a3c.config import Config, build_parser, help_groups
 from hogwild_a3c.envs.make import EnvSpecError, check_spawnable, describe_env
 from tests.helpers import REPO
 
@@ -30,9 +30,9 @@ def test_a_prefix_of_a_flag_is_not_taken_for_the_flag(capsys):
 def test_train_help_is_grouped_and_every_flag_is_in_one_group():
     parser = build_parser()
     groups = {g.title: [a.dest for a in g._group_actions] for g in parser._action_groups}
-    assert list(groups)[2:] == list(HELP_GROUPS.values())
+    assert list(groups)[2:] == help_groups()
     fields = [f.name for f in dataclasses.fields(Config)]
-    in_groups = [dest for title in HELP_GROUPS.values() for dest in groups[title]]
+    in_groups = [dest for title in help_groups() for dest in groups[title]]
     assert in_groups == fields  # each once, in Config's order
     assert groups["processes"] == ["num_workers", "envs_per_worker", "seed", "start_method"]
     assert groups["faults"] == ["max_worker_restarts", "stall_timeout", "max_env_errors", "max_evaluator_restarts",

@@ -59,9 +59,26 @@ def resolve_new(given: dict[str, Any]) -> Config:
     cfg = Config(**given)
     _default_workers(cfg)
     errors += validate(cfg)
+    if cfg.run_dir is not None and _holds_a_run(cfg.run_dir):
+        errors.append(
+            f"--run-dir {cfg.run_dir} already holds files; continue it with --resume {cfg.run_dir} or name a new folder"
+        )
     if errors:
         raise ConfigError(errors)
     return cfg
+
+
+def _holds_a_run(run_dir: str) -> bool:
+    """A lock file and an empty checkpoints/ are what a start-up that failed leaves: nothing of a
+    run to protect, so the same command may use the folder again."""
+    if not os.path.isdir(run_dir):
+        return False
+    left = set(os.listdir(run_dir)) - {".lock"}
+    checkpoints = os.path.join(run_dir, "checkpoints")
+    if "checkpoints" in left and not os.path.islink(checkpoints) and os.path.isdir(checkpoints) \
+            and not os.listdir(checkpoints):
+        left.discard("checkpoints")
+    return bool(left)
 
 
 def check_new_location(run_dir: Path) -> None:

@@ -130,3 +130,26 @@ class A3CLearner:
 def make_learner(model: ActorCritic, link: Any, cfg: Any) -> Learner:
     """The learner of a worker's local model `model`, pushing through `link`."""
     return A3CLearner(model, link, cfg)
+
+
+def trial_update_problem(model: ActorCritic, cfg: Any) -> str | None:
+    """Why `model` cannot act or learn on observations of its shape, or None: one acting step and
+    one learn step's forward and backward on zero observations, in the main process before any
+    child starts, so that a shape bug is one line at start-up instead of a traceback in every worker."""
+    batch = 2
+    obs = torch.zeros(batch, batch, *model.obs_shape)
+    try:
+        with torch.no_grad():
+            action_params, _, _ = model.step(obs[0], model.initial_state(batch))
+        actions = torch.from_numpy(model.distribution.mode(action_params)).repeat(batch)
+        context = encoder_context(cfg.learn_precision)
+        action_params, values = model.replay(obs, model.initial_state(batch), None, context)
+        zeros = torch.zeros(batch * batch)
+        a3c_loss(action_params.flatten(0, 1), values.flatten(), actions, zeros, zeros,
+                 distribution=model.distribution).total.backward()
+    except (RuntimeError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        return f"the model cannot act or learn on this env's observations of shape {model.obs_shape}: {first}"
+    finally:
+        model.zero_grad(set_to_none=True)
+    return None

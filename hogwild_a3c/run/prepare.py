@@ -34,6 +34,7 @@ from ..files.rundir import (
     resolve_new,
     resolve_resume,
 )
+from ..learning.learner import trial_update_problem
 from ..learning.model import model_for_env, model_size_problem
 from ..nodes.node import RUN_TOKEN, Node
 
@@ -72,6 +73,7 @@ def _describe(cfg: Config) -> EnvInfo:
         raise ConfigError([problem])
     with torch.device("meta"):  # its kind of encoder and core are all the check needs
         problem = request_problem(cfg.act_backend, model_for_env(info, cfg))
+    problem = problem or trial_update_problem(model_for_env(info, cfg), cfg)
     if problem:
         raise ConfigError([problem])
     return info

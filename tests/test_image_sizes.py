@@ -1,0 +1,60 @@
+"""Images of any size a user's env gives, HWC or CHW, alone or in a Dict, under the preset `auto`
+picks for them: the model is built, tried in the main process, acts and learns in a worker. Under
+the `vector` preset the value net is an MLP of its own, and its head was once sized from the conv
+encoder's output: every worker crashed on every image larger than 16 a side."""
+import pytest
+import torch
+
+import tests.envs  # noqa: F401 - registers the test envs
+from hogwild_a3c.children.reports import InProcessReports
+from hogwild_a3c.children.shared import HogwildLink, SharedState
+from hogwild_a3c.children.worker import Worker
+from hogwild_a3c.files.rundir import resolve_new
+from hogwild_a3c.learning.learner import trial_update_problem
+from hogwild_a3c.learning.model import model_for_env
+from hogwild_a3c.learning.optim import LrSchedule
+from hogwild_a3c.run.prepare import ConfigError
+
+ENVS = {"hwc": "tests.envs:CueImage-v0", "chw": "tests.envs:CueImageCHW-v0", "dict": "tests.envs:CueDict-v0"}
+
+
+def resolved(form, size):
+    return resolve_new({"env": ENVS[form], "env_kwargs": {"size": size}, "num_workers": 0, "lstm_size": 16})
+
+
+@pytest.mark.parametrize("size", [17, 32, 84, 256])
+@pytest.mark.parametrize("form", ["hwc", "chw", "dict"])
+def test_an_image_of_any_size_acts_and_learns_under_the_auto_preset(form, size):
+    from hogwild_a3c.envs.make import describe_env, env_options
+
+    cfg = resolved(form, size)
+    info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
+    assert trial_update_problem(model_for_env(info, cfg), cfg) is None
+    torch.manual_seed(0)
+    shared = SharedState.create(model_for_env(info, cfg), 1, cfg.optimizer, LrSchedule(cfg.lr))
+    worker = Worker(0, cfg, info, HogwildLink(shared, 0, InProcessReports()), seed=1)
+    before = [p.detach().clone() for p in shared.model.parameters()]
+    for _ in range(2):
+        assert worker.run_rollout() == cfg.rollout_steps * cfg.envs_per_worker
+    assert any(not torch.equal(a, b) for a, b in zip(before, shared.model.parameters()))
+
+
+def test_a_model_that_cannot_learn_on_the_envs_observations_is_one_line_before_any_child(monkeypatch, tmp_path):
+    """The fault injected: a value head one feature too wide, as the old sizing bug made it."""
+    from hogwild_a3c.learning import model as model_module
+
+    original = model_module.ActorCritic.__init__
+
+    def too_wide_value_head(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.value = torch.nn.Linear(self.value.in_features + 1, 1)
+
+    monkeypatch.setattr(model_module.ActorCritic, "__init__", too_wide_value_head)
+    from hogwild_a3c.run.prepare import prepare_given
+
+    with pytest.raises(ConfigError) as caught:
+        prepare_given({"env": "tests.envs:CueImage-v0", "env_kwargs": {"size": 32}, "num_workers": 0,
+                       "run_dir": str(tmp_path / "run")})
+    assert not (tmp_path / "run").exists()  # nothing written
+    (line,) = caught.value.errors
+    assert line.startswith("the model cannot act or learn on this env's observations of shape") and "\n" not in line
