@@ -246,7 +246,7 @@ def ours_command(args, env_flags: list[str], seed: int, budget_s: float, run_dir
 def ours_flags_problem(ours_flags: str) -> str | None:
     """Why our trainer would refuse these flags, or None: asked of its own parser before any race starts,
     so that a typo costs a line, not a race of ours that dies at start-up among peers that run for 30 min."""
-    from hogwild_a3c.config import build_parser
+    from hogwild_a3c.run.cli import build_parser
 
     parser = build_parser()
     refusal = []

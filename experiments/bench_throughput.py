@@ -7,14 +7,15 @@ references measured in the same run with the same number of processes:
 - trainer: the real `python -m hogwild_a3c.train`, from progress.csv after a warm-up.
 
 Each cell is the median of --repeats measurements. Also reported: worker resident memory and the
-evaluator's CPU use while it waits between evaluations. Writes experiments/results/throughput/throughput[-TAG].{csv,md}.
+evaluator's CPU use while it waits between evaluations. Writes
+experiments/results/throughput/<date>-throughput[-TAG].{csv,md}.
 
 `--eval-nice N...` measures instead the trainer beside an evaluator that plays without pause, at each
 of those priorities (the first --envs-per-worker and --rollout-steps values), interleaved: the
-workers' steps/s against the evaluator's episodes and CPU share. Writes throughput-eval-nice[-TAG].md.
+workers' steps/s against the evaluator's episodes and CPU share. Writes <date>-throughput-eval-nice[-TAG].md.
 
 `--variants FLAGS...` prices model levers instead: the trainer with each set of flags (e.g.
-`'' '--image-size 84' '--encoder impala'`), interleaved, as a ratio to the first. Writes variants[-TAG].md.
+`'' '--image-size 84' '--encoder impala'`), interleaved, as a ratio to the first. Writes <date>-variants[-TAG].md.
 """
 from __future__ import annotations
 
@@ -199,7 +200,7 @@ def main():
     out_dir = results_dir("throughput")
     suffix = f"-{args.tag}" if args.tag else ""
     columns = list(rows[0])
-    with open(out_dir / f"throughput{suffix}.csv", "w", newline="") as f:
+    with open(out_dir / f"{time.strftime('%Y-%m-%d')}-throughput{suffix}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
@@ -212,7 +213,7 @@ def main():
          else f"{100 * evaluator_cpu:.2f}% of one core (10 s sample, eval interval far away)"},
     )
     text += "\n" + markdown_table(rows, columns)
-    (out_dir / f"throughput{suffix}.md").write_text(text)
+    (out_dir / f"{time.strftime('%Y-%m-%d')}-throughput{suffix}.md").write_text(text)
     print(text)
 
 
@@ -240,7 +241,7 @@ def measure_variants(args, env_id, env_kwargs, workers):
                     "the variants interleaved"})
     text += "\n" + markdown_table(rows, list(rows[0]))
     suffix = f"-{args.tag}" if args.tag else ""
-    (results_dir("throughput") / f"variants{suffix}.md").write_text(text)
+    (results_dir("throughput") / f"{time.strftime('%Y-%m-%d')}-variants{suffix}.md").write_text(text)
     print(text)
 
 
@@ -278,7 +279,7 @@ def measure_eval_priority(args, env_id, env_kwargs, workers_list):
         "per cell": f"median of {args.repeats} runs of {args.seconds:g} s after {args.warmup:g} s warm-up; "
                     "eval_cpu_share is the mean of progress.csv's column over the window"})
     text += "\n" + markdown_table(rows, list(rows[0]))
-    (results_dir("throughput") / f"throughput-eval-nice{suffix}.md").write_text(text)
+    (results_dir("throughput") / f"{time.strftime('%Y-%m-%d')}-throughput-eval-nice{suffix}.md").write_text(text)
     print(text)
 
 

@@ -58,7 +58,8 @@ def describe_cpu(found: dict) -> str:
 
 
 def header(title: str, command: str, extra: dict | None = None) -> str:
-    from hogwild_a3c.files.meta import cpu, versions
+    from hogwild_a3c.files.machine import cpu
+    from hogwild_a3c.files.meta import versions
 
     lines = [
         f"# {title}",

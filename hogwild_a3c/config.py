@@ -1,27 +1,26 @@
-"""The run configuration: one dataclass whose field docs are the `--help` text, one validator
-that reports every problem at once before any process starts, and `config_from_dict`, the one
-way a saved config (config.json, a checkpoint's copy) becomes a `Config` again.
+"""The run configuration: one dataclass whose field docs are the `--help` text (run/cli.py builds
+the parser from them), one validator that reports every problem at once before any process
+starts, and `config_from_dict`, the one way a saved config (config.json, a checkpoint's copy)
+becomes a `Config` again. Field types come from the type hints.
 
-Each field says in its metadata whether it may change when a run is resumed (`resumable`:
-budgets, schedules, process layout, nothing that changes what an update computes) and whether
-it is part of the experiment (`experiment`: runs that differ only in the others are the same
-experiment, drawn as seeds of one curve by `plot`).
+Each field says in its metadata which `--help` group it is in, whether a preset may set it,
+whether it may change when a run is resumed (`resumable`: budgets, schedules, process layout,
+nothing that changes what an update computes) and whether it is part of the experiment
+(`experiment`: runs that differ only in the others are the same experiment, drawn as seeds of
+one curve by `plot`).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import numbers
 import os
-import re
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .envs.kwargs import env_kwargs_problem
 from .files.atomic import shown
 
 
@@ -57,7 +56,7 @@ ALGO = _Group("algorithm (defaults shown are universe's; --preset auto replaces 
 LOGS = _Group("evaluation, logging and the run directory")
 FAULTS = _Group("faults")
 # The metadata keys that are not argparse's.
-_OWN_KEYS = ("help", "group", "preset", "resumable", "experiment", "required_when_saved")
+OWN_KEYS = ("help", "group", "preset", "resumable", "experiment", "required_when_saved")
 
 
 RENAMED = {"seed": "universe", "fast": "luminance"}  # old name of a preset or --frame mode -> its name now
@@ -324,44 +323,48 @@ def config_from_dict(data: Any, source: str) -> Config:
     return cfg
 
 
-def help_groups() -> list[str]:
-    """The `--help` groups' titles, in the order their first fields are declared."""
-    return list(dict.fromkeys(f.metadata["group"] for f in dataclasses.fields(Config)))
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m hogwild_a3c.train",
-        description="Train an A3C agent with lock-free (Hogwild) workers sharing one model.",
-        argument_default=argparse.SUPPRESS,  # so that flags the user actually gave can be told apart
-        allow_abbrev=False,  # `--envs 4` must not quietly mean `--envs-per-worker 4`
-    )
-    groups = {title: parser.add_argument_group(title) for title in help_groups()}
-    for f in dataclasses.fields(Config):
-        group = groups[f.metadata["group"]]
-        kwargs = {k: v for k, v in f.metadata.items() if k not in _OWN_KEYS}
-        help_text = f.metadata["help"]
-        type_ = FIELD_TYPES[f.name][0]
-        if type_ is bool:
-            negatable = kwargs.pop("negatable", False)
-            action = argparse.BooleanOptionalAction if negatable else "store_true"
-            group.add_argument(flag_name(f.name), action=action,
-                               help=help_text + (" (default: from the preset)" if f.name in PRESET_FIELDS else ""))
-            continue
-        type_ = str if type_ is dict else type_
-        metavar = kwargs.pop("metavar", "KEY=VALUE" if f.name == "env_kwargs" else None)
-        if not re.search(r"\bdefault\b", help_text):  # unless the help already tells its default
-            default_text = "none" if f.default is None else f.default
-            if f.name in PRESET_FIELDS:
-                help_text += f" (universe's default: {default_text}; presets may set it)"
-            else:
-                help_text += f" (default: {default_text})"
-        group.add_argument(flag_name(f.name), type=type_, metavar=metavar, help=help_text, **kwargs)
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
-    return parser
-
-
 MAX_SEED = 2**32 - 1
+# env_kwargs come from files too (config.json, a checkpoint, --config): a crafted value must be
+# refused before gymnasium formats it into a message (a list whose 40 levels share one list has
+# a repr of 2**40 items) or an env is built from it.
+MAX_ENV_KWARGS_DEPTH = 8
+MAX_ENV_KWARGS_VALUES = 10_000
+MAX_ENV_KWARGS_STRING = 10_000
+
+
+def env_kwargs_problem(kwargs: Any) -> str | None:
+    """Why `kwargs` is not plain data of a bounded size (numbers, strings, booleans, null,
+    lists and string-keyed objects, at most 8 levels deep), or None."""
+    budget = [MAX_ENV_KWARGS_VALUES]  # counts every visit, so a value shared by many levels counts each time
+
+    def walk(value: Any, depth: int) -> str | None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            return f"holds more than {MAX_ENV_KWARGS_VALUES:,} values"
+        if depth > MAX_ENV_KWARGS_DEPTH:
+            return f"is nested more than {MAX_ENV_KWARGS_DEPTH} levels deep"
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    return f"has the key {shown(key)}, not a string"
+                problem = walk(item, depth + 1)
+                if problem:
+                    return problem
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                problem = walk(item, depth + 1)
+                if problem:
+                    return problem
+        elif isinstance(value, str) and len(value) > MAX_ENV_KWARGS_STRING:
+            return f"holds a string of {len(value):,} characters (at most {MAX_ENV_KWARGS_STRING:,})"
+        elif value is not None and not isinstance(value, (str, bool, int, float)):
+            return (f"holds {shown(value)}, a {type(value).__name__}; values are numbers, strings, true/false, null, "
+                    "lists and objects")
+        return None
+
+    return walk(kwargs, 0)
+
+
 MAX_STEPS = 2**62
 MAX_SYNC_TIMEOUT_S = 86400.0
 

@@ -9,8 +9,9 @@ import textwrap
 import pytest
 
 from hogwild_a3c import evaluate, plot
-from hogwild_a3c.config import Config, build_parser, help_groups
+from hogwild_a3c.config import Config
 from hogwild_a3c.envs.make import EnvSpecError, check_spawnable, describe_env
+from hogwild_a3c.run.cli import build_parser, help_groups
 from tests.helpers import REPO
 
 

@@ -6,7 +6,7 @@ import shlex
 import pytest
 
 from hogwild_a3c import evaluate, plot
-from hogwild_a3c.config import build_parser
+from hogwild_a3c.run.cli import build_parser
 from tests.helpers import REPO
 
 PARSERS = {"hogwild_a3c.train": build_parser, "hogwild_a3c.evaluate": evaluate.build_parser,

@@ -116,9 +116,9 @@ def export_step_graph(model: ActorCritic) -> Any:
 def elu_from_exp(graph: Any) -> None:
     """Rewrite each ELU (alpha 1) of `graph` as max(x, exp(min(x, 0)) - 1), in place.
 
-    Why: ONNX Runtime's Elu kernel is scalar code, 1.8 ns a value (201 us of the atari model's
-    938 us forward at batch 8 on a Xeon, its largest op), while its Exp, Min, Max and Sub are
-    vectorized. The identity holds because e^x - 1 >= x for every x, with equality at 0 only;
+    Why: ONNX Runtime's Elu kernel is scalar code, the atari model's largest op (results README,
+    "The ELUs, made cheap where they were dear"), while its Exp, Min, Max and Sub are vectorized.
+    The identity holds because e^x - 1 >= x for every x, with equality at 0 only;
     exp(x) - 1 differs from torch's expm1 by at most float32's spacing near 1 (6e-8), well
     inside the 1e-5 the acting backend is held to."""
     from onnx import helper, numpy_helper
@@ -234,8 +234,8 @@ class PreparedStep:
     input the positions of the parameters it gathers.
 
     Why: ONNX Runtime's fast convs need their filters in its blocked layout, which it builds from
-    constant weights while building a session (3.7 ms for the atari model on a Zen 4 EPYC, plus
-    the serialization: ~6 ms a rollout). Fed as plain inputs the weights skip those rewrites and
+    constant weights while building a session, which then costs more than a rollout's acting.
+    Fed as plain inputs the weights skip those rewrites and
     the forward is barely faster than torch's. Here the rewrites are done once, and a refresh is
     a numpy gather of the new weights into the layout the optimized graph expects.
 

@@ -62,8 +62,8 @@ def _universe_resize_matrix(channels: int = 1, size: int = FRAME_SIZE) -> np.nda
 # How an Atari frame becomes grey. `fast`: ALE's own greyscale (luminance-weighted, computed
 # inside the emulator), one channel to resize. `seed`: the RGB screen and the plain mean of its
 # channels, as universe-starter-agent's `_process_frame42` does; the two differ by up to about
-# 24/255 per pixel on Pong. `seed` costs about 35 us more per frame here (70 against 35 us on
-# one core, `make bench-frames`); `fast` is the default, and every Pong result in this repo used it.
+# 24/255 per pixel on Pong. `universe` costs twice `luminance`'s preprocessing a frame (results
+# README, "Frame preprocessing"); `luminance` is the default, and every Pong result in this repo used it.
 FRAME_MODES = ("luminance", "universe")
 
 
@@ -77,7 +77,7 @@ class UniverseFrames(gym.ObservationWrapper):
     (ALE's `obs_type="rgb"`, `frame="universe"`) this is that computation; given ALE's greyscale frame
     (`frame="luminance"`, the default) the channel mean is replaced by ALE's luminance weighting.
     One difference from universe remains in both: OpenCV resizes uint8 images and rounds each
-    resized image to whole levels; here the resize stays in float32 (measured: under 0.7/255).
+    resized image to whole levels; here the resize stays in float32 (within 0.7/255 of it).
     """
 
     def __init__(self, env: gym.Env, size: int = FRAME_SIZE):
@@ -122,8 +122,8 @@ class AtariSteps(gym.Wrapper):
     - `max_pool`: the env is made with frameskip 1 and this wrapper repeats the action `skip`
       times itself, returning the pixelwise max of the last two frames. ALE v5 repeats inside
       the emulator and returns only the last frame, so objects drawn on alternate frames
-      (SpaceInvaders' shots) can vanish. The repeats call ALE directly (about 10 us per agent
-      step more than v5's own repeat, against 55 us through four gym steps); sticky actions are
+      (SpaceInvaders' shots) can vanish. The repeats call ALE directly (a little dearer than v5's own
+      repeat, far cheaper than four gym steps); sticky actions are
       ALE's, applied per frame either way.
     - `fire_reset`: in games whose second action is FIRE, press it after a reset and after each
       lost life, as baselines' FireResetEnv does (Breakout's ball waits for it).

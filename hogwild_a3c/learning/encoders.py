@@ -39,8 +39,8 @@ class ConvEncoder(nn.Sequential):
 
     The ELUs work in place on their conv's output, which nothing else reads (a conv's backward
     needs its input): autograd then takes the ELU's gradient from its output, exp(x) = y + 1,
-    instead of recomputing it from the input: 4.50 -> 3.46 ms for a rollout's four ELUs in bf16
-    (results README, "The ELUs, made cheap where they were dear")."""
+    instead of recomputing it from the input (results README, "The ELUs, made cheap where they
+    were dear")."""
 
     def __init__(self, channels: int, size: int, width: int | None = None):
         height, width = size, size if width is None else width

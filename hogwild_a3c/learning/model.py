@@ -177,9 +177,8 @@ class ActorCritic(nn.Module):
         [B, distribution.param_size], value [B], next state.
 
         The cell is written out with the LSTM's own weights because `nn.LSTM` called on a
-        sequence of length 1 costs about four times as much as the arithmetic (measured:
-        0.47 ms against 0.12 ms); `replay` uses the fused `nn.LSTM`, and tests check that
-        both give the same numbers.
+        sequence of length 1 costs about four times as much as the arithmetic; `replay` uses the
+        fused `nn.LSTM`, and tests check that both give the same numbers.
         """
         lstm = self.lstm
         if lstm is None:
@@ -257,8 +256,8 @@ def build_model(obs_shape: tuple[int, ...], distribution: ActionDistribution | i
             value_net=arch.value_net, lstm_forget_bias=arch.lstm_forget_bias, layout=layout,
             encoder=getattr(arch, "encoder", "universe"),  # objects made before the field existed
         )
-    # Channels-last conv weights run the CPU (oneDNN) kernels ~25% faster here, forward and
-    # backward (measured: 7.2 -> 5.5 ms for a 20-frame replay); every copy of the model, shared
+    # Channels-last conv weights run the CPU (oneDNN) kernels faster, forward and backward
+    # (results README, "Throughput"); every copy of the model, shared
     # or local, gets the same layout so weight copies and gradient hand-off stay plain copies.
     return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stub lacks it
 

@@ -5,8 +5,8 @@ and the learning-rate schedule they follow.
 for all. `rmsprop` and `shared-rmsprop` are the A3C paper's RMSprop (decay 0.99, epsilon 0.1;
 the paper found the shared statistics the more robust). Adam is torch's fused kernel and RMSprop
 torch's `_foreach` operations, called directly, never through a `torch.optim` optimizer: building
-one imports `torch._dynamo`, 1.0-1.8 s per process measured here, most of a worker's start-up on
-classic control. The arithmetic is checked against `torch.optim.Adam` and `torch.optim.RMSprop`
+one imports `torch._dynamo`, which was most of a worker's start-up on classic control. The
+arithmetic is checked against `torch.optim.Adam` and `torch.optim.RMSprop`
 in tests/test_hogwild.py.
 """
 from __future__ import annotations
@@ -100,8 +100,8 @@ class SharedOptimizer:
 
 class SharedAdam(SharedOptimizer):
     """Adam whose statistics live in the given (shared) tensors. The update is torch's fused CPU
-    Adam kernel (one pass per tensor: 0.7 ms against 1.9 ms for the per-op loop on the universe
-    model, measured here), the very call `torch.optim.Adam(fused=True)` makes.
+    Adam kernel (one pass per tensor, a third of the per-op loop's time on the universe model), the
+    very call `torch.optim.Adam(fused=True)` makes.
 
     Why a warm-up can help Adam: its first updates divide by a second moment estimated from a
     handful of gradients, so they are close to lr * sign(gradient) for every weight at once. On

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 
 import torch
 
-from ..files.meta import cpu
+from ..files.machine import cpu
 from .model import ActorCritic, has_conv_encoder
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..acting.actor import request_problem
-from ..config import Config, build_parser
+from ..config import Config
 from ..envs.make import EnvInfo, EnvSpecError, check_spawnable, describe_env, env_options, is_atari
 from ..files.checkpoint import CheckpointError, NoCheckpointError, check_training_payload, load_latest
 from ..files.rundir import (
@@ -37,6 +37,7 @@ from ..files.rundir import (
 from ..learning.learner import trial_update_problem
 from ..learning.model import model_for_env, model_size_problem
 from ..nodes.node import RUN_TOKEN, Node
+from .cli import build_parser
 
 OVERSUBSCRIBED = 2  # workers per core beyond which a run is warned about
 
