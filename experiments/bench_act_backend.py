@@ -256,12 +256,13 @@ class _Exported:
     baked = True
 
     def _export(self, model):
-        from hogwild_a3c.acting.onnx_backend import _initializers_to_inputs, _statistics, export_step_graph
+        from hogwild_a3c.acting.onnx_backend import _statistics, export_step_graph
+        from hogwild_a3c.acting.onnx_graph import initializers_to_inputs
 
         self.model, self.graph = model, export_step_graph(model)
         self.params = dict(model.named_parameters())
         if not self.baked:
-            _initializers_to_inputs(self.graph, set(self.params))
+            initializers_to_inputs(self.graph, set(self.params))
         self.statistics = _statistics(model)
 
     def _take_weights(self):
@@ -297,10 +298,10 @@ class OnnxRuntimeRebuilt(_Exported):
     def refresh(self):
         import onnxruntime
 
-        from hogwild_a3c.acting.onnx_backend import _session_options
+        from hogwild_a3c.acting.onnx_graph import session_options
 
         self._take_weights()
-        self.session = onnxruntime.InferenceSession(self.graph.SerializeToString(), _session_options("ORT_ENABLE_ALL"),
+        self.session = onnxruntime.InferenceSession(self.graph.SerializeToString(), session_options("ORT_ENABLE_ALL"),
                                                     providers=["CPUExecutionProvider"])
 
     def step(self, obs, state):

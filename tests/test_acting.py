@@ -8,7 +8,7 @@ import torch
 
 import tests.envs  # noqa: F401 - registers the test envs
 from hogwild_a3c import train
-from hogwild_a3c.acting import onnx_backend
+from hogwild_a3c.acting import onnx_backend, onnx_graph
 from hogwild_a3c.acting.actor import TorchActor, make_actor, request_problem, resolve
 from hogwild_a3c.acting.onnx_backend import OnnxRuntimeActor, trial_difference, trial_steps
 from hogwild_a3c.children.evaluator import play_episodes
@@ -39,8 +39,8 @@ def spy_on(actor):
     calls = []
     original = actor.step
 
-    def spy(obs, state):
-        out = original(obs, state)
+    def spy(obs, state, into=()):
+        out = original(obs, state, into)
         calls.append(out[0].clone())
         return out
 
@@ -235,7 +235,7 @@ def test_elu_as_onnx_runtime_runs_it_is_torchs_elu():
                            helper.make_node("Elu", ["y"], ["z"], alpha=2.0)], "elus",
                           [values("x", TensorProto.FLOAT, [None])], [values("z", TensorProto.FLOAT, [None])]),
         opset_imports=[helper.make_opsetid("", 17)])
-    onnx_backend.elu_from_exp(graph)
+    onnx_graph.elu_from_exp(graph)
     assert [node.op_type for node in graph.graph.node] == ["Min", "Exp", "Sub", "Max", "Elu"]
     x = np.concatenate([np.linspace(-100, 100, 200_001), [0.0, -0.0, 1e-30, -1e-30, -1e-7, 88.0, 1e30, -1e30,
                                                          np.inf, -np.inf]]).astype(np.float32)
@@ -253,11 +253,12 @@ def test_the_step_graph_of_every_elu_encoder_has_no_elu_left():
         assert "Elu" not in {node.op_type for node in graph.graph.node}, env
 
 
-@pytest.mark.parametrize("also_out", [None, "a"], ids=["none", "conv-output"])
+@pytest.mark.parametrize("also_out", [None, "a", "b"], ids=["none", "conv-output", "elu-output-handed-out"])
 def test_elus_between_convs_work_in_the_blocked_layout_with_the_same_values(also_out):
     """Conv -> ELU -> conv, optimized for this CPU: the reorders around the ELU are dropped, and
     the values are those of the graph as exported. Where the conv's plain output is also read
-    elsewhere (here: a graph output), the reorders stay."""
+    elsewhere (here: a graph output), the reorders stay. Where the ELU's output is one the caller
+    keeps, it is handed out by a reorder of its own, channels-last, declared so."""
     import onnxruntime
     from onnx import helper, numpy_helper
 
@@ -272,15 +273,126 @@ def test_elus_between_convs_work_in_the_blocked_layout_with_the_same_values(also
     exported = helper.make_model(helper.make_graph(nodes, "convs", [values("x", 1, [None, 3, 21, 21])], outputs,
                                                    weights), opset_imports=[helper.make_opsetid("", 17)])
     x = {"x": rng.normal(0, 1, (4, 3, 21, 21)).astype(np.float32)}
-    options = onnx_backend._session_options("ORT_DISABLE_ALL")
+    options = onnx_graph.session_options("ORT_DISABLE_ALL")
     expected = onnxruntime.InferenceSession(exported.SerializeToString(), options,
                                             providers=["CPUExecutionProvider"]).run(None, x)
-    onnx_backend.elu_from_exp(exported)
-    graph = onnx_backend._optimized(exported)
-    onnx_backend._elementwise_in_blocked_layout(graph)
+    onnx_graph.elu_from_exp(exported)
+    graph = onnx_graph.optimized_for_this_cpu(exported)
+    onnx_graph.elementwise_in_blocked_layout(graph, frozenset({"b"}))
     reorders = [node.op_type for node in graph.graph.node if node.op_type.startswith("Reorder")]
-    assert (reorders.count("ReorderOutput"), reorders.count("ReorderInput")) == {None: (1, 0), "a": (2, 1)}[also_out]
-    got = onnxruntime.InferenceSession(graph.SerializeToString(), onnx_backend._session_options("ORT_DISABLE_ALL"),
+    assert (reorders.count("ReorderOutput"), reorders.count("ReorderInput")) == {None: (1, 0), "a": (2, 1),
+                                                                                 "b": (2, 0)}[also_out]
+    assert onnx_graph.channels_last_outputs(graph) == ({"b"} if also_out == "b" else set())
+    got = onnxruntime.InferenceSession(graph.SerializeToString(), onnx_graph.session_options("ORT_DISABLE_ALL"),
                                        providers=["CPUExecutionProvider"]).run(None, x)
+    if also_out == "b":
+        declared = [dim.dim_value for dim in graph.graph.output[1].type.tensor_type.shape.dim]
+        assert got[1].shape == (4, 11, 11, 32) and declared[1:] == [11, 11, 32]
+        got[1] = got[1].transpose(0, 3, 1, 2)  # NHWC -> NCHW, to compare
     for want, have in zip(expected, got):
         np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5)
+
+
+def torch_elu_outputs(model, obs):
+    """Each encoder ELU's output for `obs`, computed by torch."""
+    outputs, x = [], model.normalized(obs)
+    with torch.no_grad():
+        for module in model.encoder.children():
+            x = module(x)
+            if isinstance(module, torch.nn.ELU):
+                outputs.append(x.clone())
+    return outputs
+
+
+def test_a_workers_onnx_actor_keeps_the_encoders_activations_as_torch_computes_them():
+    worker, _ = conv_worker(env="ALE/Pong-v5")
+    assert worker.actor.keeps_activations
+    # On an x86 CPU ONNX Runtime runs these convs blocked, and the ELUs between them are handed out channels-last.
+    assert worker.actor.activations_nhwc == [True, True, True, False]
+    for _ in range(2):  # the second rollout overwrites the first's arrays
+        rollout = worker.collect()
+        assert len(rollout.activations) == len(worker.actor.activations_nhwc) == 4
+        for t in range(worker.cfg.rollout_steps):
+            expected = torch_elu_outputs(worker.model, torch.from_numpy(rollout.obs[t]))
+            for array, nhwc, want in zip(rollout.activations, worker.actor.activations_nhwc, expected):
+                got = torch.from_numpy(array[t])
+                torch.testing.assert_close(got.permute(0, 3, 1, 2) if nhwc else got, want, rtol=1e-5, atol=1e-5)
+    # The evaluator's actor keeps none: its graph hands out nothing it would not read.
+    evaluator_actor = make_actor("onnxruntime", worker.model)
+    assert not evaluator_actor.keeps_activations and evaluator_actor._prepared.activations == []
+    assert not make_actor("torch", worker.model, keep_activations=True).keeps_activations
+
+
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_the_learn_step_takes_the_first_pass_from_the_kept_activations(monkeypatch, epochs):
+    """The encoder is not run again, and the gradient is the replay's. With --epochs 2 every pass
+    replays: the later passes pulled new weights, and their ratios are taken against the first
+    pass's replay, which must be the same computation."""
+    worker, _ = conv_worker(env="ALE/Pong-v5", epochs=epochs)
+    assert worker.actor.keeps_activations == (epochs == 1)
+    rollout = worker.collect()
+    batch = torch.from_numpy(rollout.obs)
+
+    def gradients(kept):
+        worker.model.zero_grad()
+        features = None if kept is None else features_from_activations(
+            conv_elu_chain(worker.model.encoder), worker.model.normalized(batch.flatten(0, 1)), kept)
+        logits, values = worker.model.replay(batch, rollout.start_state, torch.from_numpy(rollout.resets),
+                                             features=features)
+        (torch.log_softmax(logits, -1).sum() + values.square().sum()).backward()
+        return [p.grad.clone() for p in worker.model.parameters()]
+
+    from hogwild_a3c.learning.encoder_grad import KeptActivations, conv_elu_chain, features_from_activations
+
+    if epochs == 1:
+        expected = gradients(None)
+        got = gradients(KeptActivations.of_rollout(rollout.activations, worker.actor.activations_nhwc, torch.float32))
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5 * float(e.abs().max()))
+    else:
+        assert rollout.activations == []  # acting wrote nothing no pass would read
+
+    encoder_runs = []
+    original = type(worker.model.encoder).forward
+    monkeypatch.setattr(type(worker.model.encoder), "forward",
+                        lambda self, x: encoder_runs.append(len(x)) or original(self, x))
+    assert worker.learner.learn(rollout)
+    assert encoder_runs == ([] if epochs == 1 else [batch.shape[0] * batch.shape[1]] * epochs)
+
+
+@pytest.mark.parametrize("precision", ["float32", "bf16"])
+def test_a_workers_learn_step_takes_the_gradient_of_a_float32_replay(precision):
+    """Through the worker's learner as a run calls it: the gradient from kept activations against the
+    float32 replay's, equal in float32, and within bf16's rounding (but not equal) in bf16."""
+    import dataclasses
+    from contextlib import suppress
+
+    from hogwild_a3c.learning.precision import encoder_context, learn_dtype
+
+    worker, _ = conv_worker(env="ALE/Pong-v5", learn_precision=precision)
+    rollout = worker.collect()
+
+    class Taken(Exception):
+        pass
+
+    def gradient(seen):
+        grads = []
+
+        def grab(phase):
+            if phase == "backward":
+                grads.append(torch.cat([p.grad.flatten() for p in worker.learner.params]))
+                raise Taken  # before the optimizer step, which would move the shared weights
+
+        with suppress(Taken):
+            worker.learner.learn(seen, phase_done=grab)
+        return grads[0].double()
+
+    got = gradient(rollout)
+    worker.learner.encoder_context, worker.learner.learn_dtype = encoder_context("float32"), learn_dtype("float32")
+    expected = gradient(dataclasses.replace(rollout, activations=[]))
+    distance = float((got - expected).norm() / expected.norm())
+    if precision == "float32":
+        assert distance < 1e-5
+    else:
+        assert 1e-7 < distance < 0.02  # bf16 was used, and it stays near float32's gradient
+        assert torch.nn.functional.cosine_similarity(got, expected, dim=0) > 0.999

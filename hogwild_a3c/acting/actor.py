@@ -12,11 +12,18 @@ acts with what the model held then until the next one.
 `auto`, the default, takes ONNX Runtime for models with a conv encoder and an LSTM core when it
 is installed, and torch otherwise: small MLPs gain nothing from it. Its speed against torch's is
 measured in the results README, "The acting forward in a compiled runtime".
+
+A worker's actor may keep what its learner asks for (`keep_activations`): the encoder's ELU
+outputs, which a learner can take the encoder's gradient from instead of running its forward again
+(learning/learner.py). An actor that cannot keep them says so (`keeps_activations` False), and the
+learner then replays the encoder.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from ..learning.model import ActorCritic, State, has_conv_encoder
@@ -27,25 +34,34 @@ BACKENDS = ("auto", "torch", "onnxruntime")
 
 class Actor(Protocol):
     name: str
+    keeps_activations: bool  # whether `step` writes the encoder's ELU outputs where it is told
+    activation_shapes: list[tuple[int, ...]]  # of each, for one frame; empty when none are kept
+    activations_nhwc: list[bool]  # whether each is written channels-last (NHWC) rather than NCHW
 
     def refresh(self) -> None:
         """Take the model's current weights (after a pull); until the next call, `step` uses them."""
 
-    def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
+    def step(self, obs: torch.Tensor, state: State, into: Sequence[np.ndarray] = ()
+             ) -> tuple[torch.Tensor, torch.Tensor, State]:
         """What `ActorCritic.step` returns (the action distribution's parameters, the value, the
-        next state), for the weights of the last `refresh`."""
+        next state), for the weights of the last `refresh`; an actor that keeps activations writes
+        them into `into` when given (arrays [B, *activation_shapes[i]])."""
 
 
 class TorchActor:
     name = "torch"
+    keeps_activations = False
 
     def __init__(self, model: ActorCritic):
         self.model = model
+        self.activation_shapes: list[tuple[int, ...]] = []
+        self.activations_nhwc: list[bool] = []
 
     def refresh(self) -> None:
         pass  # the model is the weights
 
-    def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
+    def step(self, obs: torch.Tensor, state: State, into: Sequence[np.ndarray] = ()
+             ) -> tuple[torch.Tensor, torch.Tensor, State]:
         return self.model.step(obs, state)
 
 
@@ -95,10 +111,12 @@ def resolve(requested: str, model: ActorCritic) -> tuple[str, str]:
     return name, f"acting in {onnx_backend.version()} ({why})"
 
 
-def make_actor(requested: str, model: ActorCritic) -> Actor:
+def make_actor(requested: str, model: ActorCritic, keep_activations: bool = False) -> Actor:
     """The actor for `model` (a worker's or the evaluator's local copy). Children get the name
-    `resolve` chose in the main process, so "auto" is resolved here only when called directly."""
+    `resolve` chose in the main process, so "auto" is resolved here only when called directly.
+    `keep_activations`: what a worker's learner asks for; ONNX Runtime's actor keeps them, torch's
+    (the fallback) does not, and the learner then replays the encoder."""
     name = chosen_backend(requested, model)[0] if requested == "auto" else requested
     if name == "onnxruntime":
-        return onnx_backend.OnnxRuntimeActor(model)
+        return onnx_backend.OnnxRuntimeActor(model, keep_activations)
     return TorchActor(model)

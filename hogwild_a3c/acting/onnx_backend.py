@@ -9,21 +9,33 @@ dearer than a rollout), weights as plain graph inputs (no rebuild, but the optim
 reorder filters it does not know: torch's speed), and what runs here (`PreparedStep`): the graph
 optimized once, the optimized graph's weight-holding initializers made inputs, and a refresh
 gathering the model's weights into that layout.
+
+A worker's actor may also hand out its encoder's ELU outputs (`keep_activations`, asked for by a
+learner that reads them, `learning/encoder_grad.py`), written channels-last where the optimized
+graph has them in its blocked layout, through an IOBinding into the caller's arrays.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import io
-import os
-import tempfile
 import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..learning.model import ActorCritic, State
+from .onnx_graph import (
+    channels_last_outputs,
+    elementwise_in_blocked_layout,
+    elu_from_exp,
+    initializers_to_inputs,
+    optimized_for_this_cpu,
+    session_options,
+)
 
 STEP_OUTPUTS = ["action_params", "value", "h_next", "c_next"]
 
@@ -48,15 +60,39 @@ def unsupported(model: ActorCritic) -> str | None:
 
 
 class _StepGraph(torch.nn.Module):
-    """`ActorCritic.step` with the state as two tensors, which is what the exporter traces."""
+    """`ActorCritic.step` with the state as two tensors, which is what the exporter traces; with
+    `keep_activations`, each encoder ELU's output as well (`activation0`, ...)."""
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, keep_activations: bool = False):
         super().__init__()
         self.model = model
+        self.keep_activations = keep_activations
 
     def forward(self, obs: torch.Tensor, h: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        action_params, value, (h_next, c_next) = self.model.step(obs, (h, c))
-        return action_params, value, h_next, c_next
+        with elu_outputs(self.model) as kept:
+            action_params, value, (h_next, c_next) = self.model.step(obs, (h, c))
+        return (action_params, value, h_next, c_next, *(kept if self.keep_activations else []))
+
+
+@contextlib.contextmanager
+def elu_outputs(model: ActorCritic) -> Iterator[list[torch.Tensor]]:
+    """Collects each encoder ELU's output, in order, while the block runs one forward of `model`."""
+    outputs: list[torch.Tensor] = []
+    hooks = [module.register_forward_hook(lambda _module, _input, output: outputs.append(output))
+             for module in model.encoder.children() if isinstance(module, torch.nn.ELU)]
+    try:
+        yield outputs
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def activation_names(model: ActorCritic) -> list[str]:
+    """The step graph's outputs that keep the encoder's ELU outputs: one for each ELU module the
+    encoder's forward calls (an MLP encoder applies its activations as functions: none)."""
+    with torch.no_grad(), elu_outputs(model) as kept:
+        model.step(torch.zeros(1, *model.obs_shape), model.initial_state(1))
+    return [f"activation{i}" for i in range(len(kept))]
 
 
 def _weights_feeding(model: ActorCritic) -> dict[str, torch.Tensor]:
@@ -75,10 +111,11 @@ def _statistics(model: ActorCritic) -> dict[str, torch.Tensor]:
     return {"obs_norm.mean": model.obs_norm.mean, "obs_norm.var": model.obs_norm.var}
 
 
-def export_step_graph(model: ActorCritic) -> Any:
+def export_step_graph(model: ActorCritic, keep_activations: bool = False) -> Any:
     """The acting step as an ONNX ModelProto with a dynamic batch: inputs obs, h, c and the
     observation statistics (by state-dict name), the parameters as initializers named as the
-    state dict, outputs `STEP_OUTPUTS`. Exported from a copy
+    state dict, outputs `STEP_OUTPUTS` (and `activation_names(model)` with `keep_activations`).
+    Exported from a copy
     whose weights are all distinct random numbers: the exporter merges initializers of equal
     contents (the zero biases of a fresh model), and a merged one could not be told apart by name."""
     import onnx
@@ -90,15 +127,17 @@ def export_step_graph(model: ActorCritic) -> Any:
     batch = 2
     example = (torch.zeros(batch, *model.obs_shape), torch.zeros(1, batch, model.lstm_size),
                torch.zeros(1, batch, model.lstm_size))
+    kept = activation_names(model) if keep_activations else []
     buffer = io.BytesIO()
     with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice, once per process
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            _StepGraph(twin), example, buffer,  # type: ignore[arg-type]  # a file object is taken too
+            _StepGraph(twin, keep_activations), example, buffer,  # type: ignore[arg-type]  # a file object is taken too
             input_names=["obs", "h", "c"],
-            output_names=STEP_OUTPUTS, dynamo=False, do_constant_folding=False,
+            output_names=[*STEP_OUTPUTS, *kept], dynamo=False, do_constant_folding=False,
             dynamic_axes={"obs": {0: "batch"}, "h": {1: "batch"}, "c": {1: "batch"},
-                          **{name: {1 if name in ("h_next", "c_next") else 0: "batch"} for name in STEP_OUTPUTS}},
+                          **{name: {1 if name in ("h_next", "c_next") else 0: "batch"}
+                             for name in [*STEP_OUTPUTS, *kept]}},
         )
     graph = onnx.load_from_string(buffer.getvalue())
     for init in graph.graph.initializer:
@@ -108,124 +147,9 @@ def export_step_graph(model: ActorCritic) -> Any:
     missing = sorted(set(_weights_feeding(model)) - {init.name for init in graph.graph.initializer})
     if missing:
         raise RuntimeError(f"the exported step graph does not read {', '.join(missing)} by name")
-    _initializers_to_inputs(graph, set(_statistics(model)))
+    initializers_to_inputs(graph, set(_statistics(model)))
     elu_from_exp(graph)
     return graph
-
-
-def elu_from_exp(graph: Any) -> None:
-    """Rewrite each ELU (alpha 1) of `graph` as max(x, exp(min(x, 0)) - 1), in place.
-
-    Why: ONNX Runtime's Elu kernel is scalar code, the atari model's largest op (results README,
-    "The ELUs, made cheap where they were dear"), while its Exp, Min, Max and Sub are vectorized.
-    The identity holds because e^x - 1 >= x for every x, with equality at 0 only;
-    exp(x) - 1 differs from torch's expm1 by at most float32's spacing near 1 (6e-8), well
-    inside the 1e-5 the acting backend is held to."""
-    from onnx import helper, numpy_helper
-
-    rewritten = []
-    for node in graph.graph.node:
-        alpha = next((attr.f for attr in node.attribute if attr.name == "alpha"), 1.0)
-        if node.op_type != "Elu" or node.domain not in ("", "ai.onnx") or alpha != 1.0:
-            rewritten.append(node)
-            continue
-        x, y, name = node.input[0], node.output[0], node.name or node.output[0]
-        rewritten += [helper.make_node("Min", [x, "elu_zero"], [f"{name}/negative"]),
-                      helper.make_node("Exp", [f"{name}/negative"], [f"{name}/exp"]),
-                      helper.make_node("Sub", [f"{name}/exp", "elu_one"], [f"{name}/expm1"]),
-                      helper.make_node("Max", [x, f"{name}/expm1"], [y])]
-    if len(rewritten) == len(graph.graph.node):
-        return
-    graph.graph.initializer.extend([numpy_helper.from_array(np.array(0.0, np.float32), "elu_zero"),
-                                    numpy_helper.from_array(np.array(1.0, np.float32), "elu_one")])
-    del graph.graph.node[:]
-    graph.graph.node.extend(rewritten)
-
-
-def _initializers_to_inputs(graph: Any, names: set[str]) -> None:
-    """Make the initializers named in `names` inputs of the graph, fed at every run."""
-    import onnx
-
-    kept = [init for init in graph.graph.initializer if init.name not in names]
-    for init in graph.graph.initializer:
-        if init.name in names:
-            graph.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
-    del graph.graph.initializer[:]
-    graph.graph.initializer.extend(kept)
-
-
-def _session_options(level: str) -> Any:
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    # Each process acts on one core, as torch does with set_num_threads(1).
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = getattr(onnxruntime.GraphOptimizationLevel, level)
-    options.log_severity_level = 3  # its notice that an optimized graph suits this CPU only: it never leaves it
-    return options
-
-
-def _optimized(graph: Any) -> Any:
-    """The graph as ONNX Runtime rewrites it for this CPU with every optimization on: convs in its
-    blocked (NCHWc) layout with their weights reordered, ops fused."""
-    import onnx
-    import onnxruntime
-
-    with tempfile.TemporaryDirectory() as folder:
-        options = _session_options("ORT_ENABLE_ALL")
-        options.optimized_model_filepath = os.path.join(folder, "step.onnx")
-        onnxruntime.InferenceSession(graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        return onnx.load(options.optimized_model_filepath)
-
-
-_LAYOUT_FREE_OPS = {"Min", "Exp", "Sub", "Max"}  # what elu_from_exp writes: each value on its own
-
-
-def _elementwise_in_blocked_layout(graph: Any) -> None:
-    """Drop, in an optimized graph, each pair of reorders that takes a conv's output out of ONNX
-    Runtime's blocked (NCHWc) layout only to feed ops that compute every value on its own (an ELU
-    written by `elu_from_exp`) and then puts the result back into it for the next conv. Such ops
-    give the same values in any memory order, so they can work on the blocked tensor itself.
-    Why: the optimizer keeps in the blocked layout only the ops it knows (Relu, Add, ...), and the
-    reorders it adds around each ELU were a measurable part of the atari model's forward. In place."""
-    nodes = list(graph.graph.node)
-    producer = {name: node for node in nodes for name in node.output}
-    consumers: dict[str, list[Any]] = {}
-    for node in nodes:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    scalars = {init.name for init in graph.graph.initializer if not init.dims}
-    graph_outputs = {out.name for out in graph.graph.output}
-    dropped: list[Any] = []
-    for reorder_in in (node for node in nodes if node.op_type == "ReorderInput"):
-        region, sources, pending = [], set(), [reorder_in.input[0]]
-        while pending:  # walk back from the ReorderInput through layout-free ops to where they start
-            name = pending.pop()
-            node = producer.get(name)
-            if node is None or node.op_type not in _LAYOUT_FREE_OPS:
-                sources.add(name)
-            elif node not in region:
-                region.append(node)
-                pending += [value for value in node.input if value not in scalars]
-        reorder_out = producer.get(next(iter(sources))) if len(sources) == 1 else None
-        if not region or reorder_out is None or reorder_out.op_type != "ReorderOutput":
-            continue
-        inside = {name for node in region for name in node.output} | set(sources)
-        readers_ok = all(reader in region or reader is reorder_in
-                         for name in inside for reader in consumers.get(name, []))
-        if not readers_ok or inside & graph_outputs:
-            continue  # a value of the region is also read elsewhere, in the plain layout
-        blocked, plain = reorder_out.input[0], reorder_out.output[0]
-        for node in region:
-            node.input[:] = [blocked if name == plain else name for name in node.input]
-        for reader in consumers.get(reorder_in.output[0], []):
-            reader.input[:] = [reorder_in.input[0] if name == reorder_in.output[0] else name for name in reader.input]
-        dropped += [reorder_out, reorder_in]
-    kept = [node for node in nodes if all(node is not gone for gone in dropped)]
-    del graph.graph.node[:]
-    graph.graph.node.extend(kept)
 
 
 class PreparedStep:
@@ -245,11 +169,11 @@ class PreparedStep:
     gather of the parameters, or the graph is refused (ValueError): a rewrite that does arithmetic
     on weights cannot be refreshed by a gather."""
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, keep_activations: bool = False):
         import onnx
         from onnx import numpy_helper
 
-        graph = export_step_graph(model)
+        graph = export_step_graph(model, keep_activations)
         self.params = list(dict(model.named_parameters()).items())
         sizes = [tensor.numel() for _, tensor in self.params]
         total = sum(sizes)
@@ -266,7 +190,7 @@ class PreparedStep:
                 if init.name in offsets:
                     start = offsets[init.name]
                     init.raw_data = labelling[start:start + int(np.prod(init.dims))].tobytes()
-            optimized.append(_optimized(labelled))
+            optimized.append(optimized_for_this_cpu(labelled))
         first, second = ({init.name: numpy_helper.to_array(init) for init in g.graph.initializer} for g in optimized)
         if first.keys() != second.keys() or any(first[n].shape != second[n].shape for n in first):
             raise ValueError("ONNX Runtime rewrote the graph differently for other weights")
@@ -282,8 +206,11 @@ class PreparedStep:
             runs = index[0] + np.arange(index.size)
             self.gathers[name] = (slice(int(index[0]), int(index[0]) + index.size) if np.array_equal(index, runs)
                                   else index, a.shape)
-        _initializers_to_inputs(optimized[0], set(self.gathers))
-        _elementwise_in_blocked_layout(optimized[0])
+        initializers_to_inputs(optimized[0], set(self.gathers))
+        kept = activation_names(model) if keep_activations else []
+        elementwise_in_blocked_layout(optimized[0], frozenset(kept))
+        nhwc = channels_last_outputs(optimized[0])
+        self.activations = [(name, name in nhwc) for name in kept]  # (output, handed out NHWC)
         self.graph_bytes = optimized[0].SerializeToString()
         self.statistics = list(_statistics(model).items())
 
@@ -298,47 +225,107 @@ class PreparedStep:
 
 
 class OnnxRuntimeActor:
+    """With `keep_activations` (a worker's actor whose learner reads them), `step` also writes
+    each encoder ELU's output where the caller says, so that the learn step need not compute them
+    again; the evaluator's actor keeps none, and its graph hands out none. They are written
+    through an IOBinding into the caller's arrays, which a worker reuses rollout after rollout:
+    fresh output arrays held for a rollout cost page faults at every step."""
+
     name = "onnxruntime"
 
-    def __init__(self, model: ActorCritic):
+    def __init__(self, model: ActorCritic, keep_activations: bool = False):
         import onnxruntime
 
         problem = unsupported(model)
         if problem:
             raise ValueError(f"--act-backend onnxruntime: {problem}")
-        self._prepared = PreparedStep(model)
+        self.keeps_activations = keep_activations and bool(activation_names(model))
+        self._prepared = PreparedStep(model, self.keeps_activations)
         # Optimized once already: building it again must not rewrite it.
-        self._session = onnxruntime.InferenceSession(self._prepared.graph_bytes, _session_options("ORT_DISABLE_ALL"),
+        self._session = onnxruntime.InferenceSession(self._prepared.graph_bytes, session_options("ORT_DISABLE_ALL"),
                                                      providers=["CPUExecutionProvider"])
+        self._binding = self._session.io_binding() if self.keeps_activations else None
         self._weights: dict[str, np.ndarray] = {}
         self.refresh()
+        # What step writes for one frame: each activation's shape as handed out, and
+        # whether it is handed out channels-last (NHWC) rather than NCHW.
+        self.activations_nhwc = [nhwc for _, nhwc in self._prepared.activations]
+        self.activation_shapes: list[tuple[int, ...]] = []
+        if self.keeps_activations:
+            trial = self._session.run([name for name, _ in self._prepared.activations], self._feeds(
+                torch.zeros(1, *model.obs_shape), model.initial_state(1)))
+            self.activation_shapes = [array.shape[1:] for array in trial]
 
     def refresh(self) -> None:
         self._weights = self._prepared.weights()
+        if self._binding is not None:
+            for name, array in self._weights.items():
+                self._binding.bind_cpu_input(name, array)
 
-    def step(self, obs: torch.Tensor, state: State) -> tuple[torch.Tensor, torch.Tensor, State]:
-        feeds = {"obs": np.ascontiguousarray(obs.numpy(), dtype=np.float32),
-                 "h": np.ascontiguousarray(state[0].numpy()), "c": np.ascontiguousarray(state[1].numpy()),
-                 **self._weights}
-        action_params, value, h, c = self._session.run(STEP_OUTPUTS, feeds)
-        return torch.from_numpy(action_params), torch.from_numpy(value), (torch.from_numpy(h), torch.from_numpy(c))
+    def _feeds(self, obs: torch.Tensor, state: State) -> dict[str, np.ndarray]:
+        return {"obs": np.ascontiguousarray(obs.numpy(), dtype=np.float32),
+                "h": np.ascontiguousarray(state[0].numpy()), "c": np.ascontiguousarray(state[1].numpy()),
+                **self._weights}
+
+    def step(self, obs: torch.Tensor, state: State, into: Sequence[np.ndarray] = ()
+             ) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """With `into` (an actor that keeps activations), each encoder ELU's output is written into
+        `into[i]`, float32 C-contiguous arrays [B, *activation_shapes[i]]."""
+        binding = self._binding
+        if not into or binding is None:
+            action_params, value, h, c = self._session.run(STEP_OUTPUTS, self._feeds(obs, state))
+            return torch.from_numpy(action_params), torch.from_numpy(value), (torch.from_numpy(h), torch.from_numpy(c))
+        if len(into) != len(self.activation_shapes) or not all(
+                array.dtype == np.float32 and array.flags.c_contiguous and array.shape[1:] == shape
+                for array, shape in zip(into, self.activation_shapes)):
+            raise ValueError(f"into: {len(self.activation_shapes)} float32 C-contiguous arrays [B, *shape] for "
+                             f"shapes {self.activation_shapes}")
+        # The weights stay bound from the last refresh.
+        binding.bind_cpu_input("obs", np.ascontiguousarray(obs.numpy(), dtype=np.float32))
+        binding.bind_cpu_input("h", np.ascontiguousarray(state[0].numpy()))
+        binding.bind_cpu_input("c", np.ascontiguousarray(state[1].numpy()))
+        for name in STEP_OUTPUTS:
+            binding.bind_output(name, "cpu")
+        for (name, _), array in zip(self._prepared.activations, into):
+            binding.bind_output(name, "cpu", 0, np.float32, list(array.shape), array.ctypes.data)
+        self._session.run_with_iobinding(binding)
+        outputs = binding.get_outputs()[:len(STEP_OUTPUTS)]
+        action_params, value, h, c = (torch.from_numpy(output.numpy()) for output in outputs)
+        return action_params, value, (h, c)
 
 
-def trial_steps(model: ActorCritic, batch: int = 3) -> tuple[tuple[torch.Tensor, torch.Tensor, State],
-                                                               tuple[torch.Tensor, torch.Tensor, State]]:
-    """Torch's step and ONNX Runtime's on the same random inputs (a fixed seed)."""
+def _trial(model: ActorCritic, batch: int) -> tuple[tuple[torch.Tensor, torch.Tensor, State],
+                                                    tuple[torch.Tensor, torch.Tensor, State],
+                                                    list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Torch's step and ONNX Runtime's on the same random inputs (a fixed seed), ONNX Runtime's as a
+    worker runs it (keeping the encoder's activations where it can), and each kept activation
+    beside torch's (none when it keeps none)."""
     generator = torch.Generator().manual_seed(0)
     obs = torch.rand(batch, *model.obs_shape, generator=generator)
     state = (torch.randn(1, batch, model.lstm_size, generator=generator),
              torch.randn(1, batch, model.lstm_size, generator=generator))
-    with torch.no_grad():
+    with torch.no_grad(), elu_outputs(model) as expected_activations:
         expected = model.step(obs, state)
-    return expected, OnnxRuntimeActor(model).step(obs, state)
+    actor = OnnxRuntimeActor(model, keep_activations=True)
+    into = [np.zeros((batch, *shape), dtype=np.float32) for shape in actor.activation_shapes]
+    got = actor.step(obs, state, into)
+    kept = [torch.from_numpy(array).permute(0, 3, 1, 2) if nhwc else torch.from_numpy(array)
+            for array, nhwc in zip(into, actor.activations_nhwc)]
+    return expected, got, list(zip(expected_activations, kept)) if actor.keeps_activations else []
+
+
+def trial_steps(model: ActorCritic, batch: int = 3) -> tuple[tuple[torch.Tensor, torch.Tensor, State],
+                                                               tuple[torch.Tensor, torch.Tensor, State]]:
+    """Torch's step and ONNX Runtime's (a worker's) on the same random inputs (a fixed seed)."""
+    expected, got, _ = _trial(model, batch)
+    return expected, got
 
 
 def trial_difference(model: ActorCritic, batch: int = 3) -> float:
-    """The largest absolute difference between torch's step and ONNX Runtime's, on random inputs."""
-    return step_difference(*trial_steps(model, batch))
+    """The largest absolute difference between torch's step and ONNX Runtime's, on random inputs,
+    the encoder activations a worker's actor keeps included."""
+    expected, got, activations = _trial(model, batch)
+    return max([step_difference(expected, got)] + [float((a - b).abs().max()) for a, b in activations])
 
 
 def step_difference(expected: tuple[torch.Tensor, torch.Tensor, State],

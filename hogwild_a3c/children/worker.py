@@ -6,7 +6,8 @@ The hot loop, per rollout of T steps over K environments:
 1. Pull: copy the shared weights into the local model in place (`copy_`, no state-dict build).
 2. Collect (`Worker.collect() -> Rollout`): act under `torch.no_grad()`: one forward per step
    for all K environments at once (`ActorCritic.step`, run by the acting backend, which takes the
-   pulled weights at the rollout's start), one draw from the action distribution per step;
+   pulled weights at the rollout's start, and keeps what the learner asked it to keep), one draw
+   from the action distribution per step;
    observations, actions and their behaviour log-probabilities, rewards and values go into the
    preallocated arrays of one `Rollout`. No autograd graph is built while acting.
 3. Learn (`learner.learn(rollout)`, learning/learner.py): targets, a replay with gradients, the
@@ -39,7 +40,7 @@ from ..config import Config
 from ..envs.make import EnvInfo, env_options, make_env
 from ..learning.algo import running_returns
 from ..learning.learner import make_learner
-from ..learning.model import build_model
+from ..learning.model import model_for_env
 from ..learning.rollout import Rollout
 from .shared import WorkerLink
 
@@ -56,10 +57,11 @@ class Worker:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.num_envs = cfg.envs_per_worker
-        self.model = build_model(env_info.obs_shape, env_info.distribution, cfg, env_info.layout)
+        self.model = model_for_env(env_info, cfg)
         self.distribution = env_info.distribution
-        self.actor = make_actor(cfg.act_backend, self.model)  # acts with what the model held at its last refresh
         self.learner = make_learner(self.model, link, cfg)
+        # Acts with what the model held at its last refresh, and keeps what the learner can reuse.
+        self.actor = make_actor(cfg.act_backend, self.model, keep_activations=self.learner.reads_activations)
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]
         self.obs = np.zeros((self.num_envs, *env_info.obs_shape), dtype=np.float32)
         self.episode_return = np.zeros(self.num_envs)
@@ -68,7 +70,8 @@ class Worker:
         self.env_errors_in_a_row = 0
         self.state = self.model.initial_state(self.num_envs)
         self.rollout = Rollout.empty(cfg.rollout_steps, self.num_envs, env_info.obs_shape, self.state,
-                                     env_info.distribution)
+                                     env_info.distribution, activation_shapes=self.actor.activation_shapes,
+                                     activations_nhwc=self.actor.activations_nhwc)
         for k in range(self.num_envs):
             self._start_env(k)
 
@@ -152,7 +155,8 @@ class Worker:
         sample, env_action = self.distribution.sample, self.distribution.env_action
         for t in range(self.cfg.rollout_steps):
             rollout.store_obs(t, self.obs)
-            action_params, value, self.state = act(torch.from_numpy(self.obs), self.state)
+            action_params, value, self.state = act(torch.from_numpy(self.obs), self.state,
+                                                   [kept[t] for kept in rollout.activations])
             actions, rollout.log_probs[t] = sample(action_params, self.rng)
             rollout.actions[t] = actions
             rollout.values[t] = value.numpy()

@@ -9,7 +9,10 @@ one more class with a `learn(rollout)` method, chosen in `make_learner`.
 
 The replay re-runs the conv encoder on all T*K frames as one batch, under the learn precision
 (`precision.py`), and `nn.LSTM` fused over the sequence from the LSTM state saved at the rollout's
-start; one backward.
+start; one backward. For an encoder of conv + ELU layers the first pass need not run the encoder:
+the learner asks the worker's actor to keep the ELUs' outputs (`reads_activations`), and takes the
+encoder's features and gradient from them (`encoder_grad.py`), as acting computed them with the
+weights this pass learns at. The later passes of `--epochs` pull new weights, so they replay.
 """
 from __future__ import annotations
 
@@ -21,8 +24,9 @@ from typing import Any, Protocol
 import torch
 
 from .algo import a3c_loss, normalized_advantages, rollout_targets
+from .encoder_grad import KeptActivations, conv_elu_chain, features_from_activations
 from .model import ActorCritic, State
-from .precision import encoder_context
+from .precision import encoder_context, learn_dtype
 from .rollout import Rollout
 
 
@@ -31,6 +35,8 @@ def _no_profiling(phase: str) -> None:
 
 
 class Learner(Protocol):
+    reads_activations: bool  # whether it asks the actor to keep the encoder's activations
+
     def learn(self, rollout: Rollout, phase_done: Callable[[str], None] = _no_profiling) -> bool:
         """Update the shared model from `rollout`; False when an update was skipped as non-finite.
         `phase_done(name)` is called after each phase (`make profile-hot-loop` times them)."""
@@ -71,13 +77,17 @@ class A3CLearner:
         # Walking the module tree for parameters() costs more than a small model's update step.
         self.params = list(model.parameters())
         self.encoder_context = encoder_context(cfg.learn_precision)
+        self.learn_dtype = learn_dtype(cfg.learn_precision)
+        # With --epochs N every pass replays (the later passes' ratios need the first's computation).
+        self.convs = conv_elu_chain(model.encoder) if model.lstm is not None and cfg.epochs == 1 else None
+        self.reads_activations = self.convs is not None
 
     def learn(self, rollout: Rollout, phase_done: Callable[[str], None] = _no_profiling) -> bool:
         batch = LearnBatch.of(rollout, self.cfg)
         phase_done("targets")
         # The normalization statistics the rollout was acted and replayed with: every pass keeps them.
         statistics = [buffer.clone() for buffer in self.model.buffers()] if self.cfg.epochs > 1 else []
-        first_log_probs = self._update(batch, None, phase_done, "")
+        first_log_probs = self._update(batch, None, phase_done, "", self._acted_features(rollout, batch))
         if first_log_probs is None:
             return False
         for epoch in range(1, self.cfg.epochs):
@@ -92,14 +102,23 @@ class A3CLearner:
                 return False
         return True
 
+    def _acted_features(self, rollout: Rollout, batch: LearnBatch) -> torch.Tensor | None:
+        """The encoder's features [T * K, F] from what acting kept, with the encoder's gradient
+        taken from them; None when acting kept nothing (an actor that cannot)."""
+        if self.convs is None or not rollout.activations:
+            return None
+        kept = KeptActivations.of_rollout(rollout.activations, rollout.activations_nhwc, self.learn_dtype)
+        return features_from_activations(self.convs, self.model.normalized(batch.obs.flatten(0, 1)), kept)
+
     def _update(self, batch: LearnBatch, old_log_probs: torch.Tensor | None, phase_done: Callable[[str], None],
-                pass_name: str) -> torch.Tensor | None:
+                pass_name: str, features: torch.Tensor | None = None) -> torch.Tensor | None:
         """One update: A3C's (`old_log_probs` None), or a later pass's clipped one. Returns this
         pass's log-probabilities of the actions, detached (the later passes' ratios are taken
         against the first pass's replay, the same computation, so r = 1 exactly where the weights
         have not moved); None when the update was skipped as non-finite."""
         cfg = self.cfg
-        action_params, values = self.model.replay(batch.obs, batch.start_state, batch.resets, self.encoder_context)
+        action_params, values = self.model.replay(batch.obs, batch.start_state, batch.resets, self.encoder_context,
+                                                  features)
         phase_done("replay forward" + pass_name)
         loss = a3c_loss(action_params.flatten(0, 1), values.flatten(), batch.actions, batch.advantages,
                         batch.returns, value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef,

@@ -158,7 +158,7 @@ class ActorCritic(nn.Module):
         zeros = torch.zeros(1, batch, self.lstm_size)
         return zeros, zeros.clone()
 
-    def _normalized(self, obs: torch.Tensor) -> torch.Tensor:
+    def normalized(self, obs: torch.Tensor) -> torch.Tensor:
         """What every encoder sees: the observation, normalized once when asked for."""
         return obs if self.obs_norm is None else self.obs_norm.normalize(obs)
 
@@ -166,7 +166,7 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, encoder_context: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The mlp core: action parameters and values of a batch of observations."""
-        obs = self._normalized(obs)
+        obs = self.normalized(obs)
         with encoder_context():
             out = self.encoder(obs).float()
         value_in = out if self.value_encoder is None else self.value_encoder(obs)
@@ -185,7 +185,7 @@ class ActorCritic(nn.Module):
             action_params, value = self._feedforward(obs)
             return action_params, value, state
         h, c = state[0][0], state[1][0]
-        obs = self._normalized(obs)
+        obs = self.normalized(obs)
         # nn.LSTM sets its per-layer weights by name, so they type as Tensor | Module; get_parameter
         # would cost a lookup per step.
         gates = F.linear(self.encoder(obs), lstm.weight_ih_l0, lstm.bias_ih_l0)  # type: ignore[arg-type]
@@ -201,6 +201,7 @@ class ActorCritic(nn.Module):
     def replay(
         self, obs: torch.Tensor, state: State, resets: torch.Tensor | None = None,
         encoder_context: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
+        features: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Re-run a rollout: obs [T, B, *obs_shape] from `state` -> action parameters [T, B, P],
         values [T, B].
@@ -208,15 +209,19 @@ class ActorCritic(nn.Module):
         `resets[t, b]` is True when env b started a new episode at step t, so its LSTM state is
         zeroed there. The encoder sees all T*B frames in one batch, under `encoder_context` (bf16
         autocast: `precision`), and hands the core float32; the LSTM runs fused over each
-        stretch between resets.
+        stretch between resets. `features` [T * B, F]: the encoder's output for these frames when
+        the caller has it already (a learner that took it from acting's activations, with its own
+        gradient path); the encoder is then not run.
         """
         steps, batch = obs.shape[:2]
         if self.lstm is None:
             action_params, values = self._feedforward(obs.reshape(steps * batch, *obs.shape[2:]), encoder_context)
             return action_params.reshape(steps, batch, -1), values.reshape(steps, batch)
-        flat = self._normalized(obs.reshape(steps * batch, *obs.shape[2:]))
-        with encoder_context():
-            features = self.encoder(flat).float().reshape(steps, batch, -1)
+        flat = self.normalized(obs.reshape(steps * batch, *obs.shape[2:]))
+        if features is None:
+            with encoder_context():
+                features = self.encoder(flat).float()
+        features = features.reshape(steps, batch, -1)
         cuts = [0]
         if resets is not None:
             cuts += [t for t in range(1, steps) if bool(resets[t].any())]

@@ -1,7 +1,9 @@
 """The precision of the learn step's encoder: bfloat16 where the CPU multiplies it natively.
 
-The learn step re-runs the rollout's frames through the encoder with autograd: the encoder's work is
-most of a worker's compute after the env (a conv backward alone is a third of the profile).
+The learn step re-runs the rollout's frames through the encoder with autograd, or, where acting kept
+the encoder's activations (`encoder_grad`), runs only its backward from them; either way the
+encoder's work is most of a worker's compute after the env (a conv backward alone is a third of
+the profile).
 Under bf16 autocast the encoder's convolutions run at twice float32's rate on a CPU
 with AVX-512 BF16 or AMX, while the LSTM, the heads, the loss, the gradients, the master weights
 and the optimizer stay float32: the recurrence is where rounding would compound over a rollout,
@@ -45,3 +47,8 @@ def encoder_context(precision: str) -> Callable[[], AbstractContextManager[objec
     if precision == "bf16":
         return lambda: torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext
+
+
+def learn_dtype(precision: str) -> torch.dtype:
+    """The dtype of the encoder's gradient taken from kept activations (`encoder_grad`) for `precision`."""
+    return torch.bfloat16 if precision == "bf16" else torch.float32

@@ -4,7 +4,8 @@ actions and the behaviour policy's log-probabilities, the rewards and values, wh
 and with what bootstrap, and the LSTM state the rollout started from."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -33,10 +34,15 @@ class Rollout:
     resets: np.ndarray  # [T, K] bool, the LSTM state is zeroed before step t
     last_values: np.ndarray  # [K] float32, V(s_T): the bootstrap of each column's last stretch
     start_state: State  # the LSTM state before step 0 (detached), where the replay starts
+    # What acting kept for the learner, when it asked (each encoder ELU's output [T, K, ...] float32,
+    # written channels-last where `activations_nhwc` says so): learner.py reads them.
+    activations: list[np.ndarray] = field(default_factory=list)
+    activations_nhwc: list[bool] = field(default_factory=list)
 
     @classmethod
     def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: State,
-              distribution: ActionDistribution, frames_uint8: bool = False) -> Rollout:
+              distribution: ActionDistribution, frames_uint8: bool = False,
+              activation_shapes: Sequence[tuple[int, ...]] = (), activations_nhwc: Sequence[bool] = ()) -> Rollout:
         per_step = {"log_probs": np.float32, "rewards": np.float32, "values": np.float32, "dones": bool,
                     "done_values": np.float32, "resets": bool}
         arrays: dict[str, Any] = {name: np.zeros((steps, envs), dtype=dtype) for name, dtype in per_step.items()}
@@ -46,6 +52,8 @@ class Rollout:
             **arrays,
             last_values=np.zeros(envs, dtype=np.float32),
             start_state=start_state,
+            activations=[np.zeros((steps, envs, *shape), dtype=np.float32) for shape in activation_shapes],
+            activations_nhwc=list(activations_nhwc),
         )
 
     def store_obs(self, t: int, obs: np.ndarray) -> None:
