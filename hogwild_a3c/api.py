@@ -186,7 +186,8 @@ class Policy:
                              "(use the env from make_env())")
         obs = obs.astype(np.float32, copy=False)
         if not np.isfinite(obs).all():
-            # A NaN reaches the action parameters as NaN, and sampling from NaN logits quietly returns action 0.
+            # A NaN reaches the action parameters as NaN, and a Categorical draw from NaN logits
+            # quietly returns action 0.
             raise ValueError(f"observation holds {'NaN' if np.isnan(obs).any() else 'inf'} at index "
                              f"{tuple(int(i) for i in np.argwhere(~np.isfinite(obs))[0])}; a policy acts only on "
                              "finite observations")

@@ -160,10 +160,10 @@ class Config:
                                "stacks and 256 units, layer-normalized); small grids keep their own",
                                choices=["universe", "nature", "impala"])
     activation: str = ALGO.preset("elu", "activation of the vector encoder", choices=["elu", "tanh"])
-    value_net: str = ALGO.preset("shared", "shared: the value head shares the policy's encoder and core; separate: "
-                                 "with --core mlp, an MLP of its own (the lstm core then shares); mlp: an MLP of its "
-                                 "own with either core, so with the lstm core the value has no memory (vector "
-                                 "observations only)", choices=["shared", "separate", "mlp"])
+    value_net: str = ALGO.preset("shared", "shared: the value head shares the action head's encoder and core; "
+                                 "separate: with --core mlp, an MLP of its own (the lstm core then shares); mlp: an "
+                                 "MLP of its own with either core, so with the lstm core the value has no memory "
+                                 "(vector observations only)", choices=["shared", "separate", "mlp"])
     loss_reduction: str = ALGO.preset("sum", "sum: universe's loss summed over the batch; mean: averaged, so the clip "
                                       "threshold and lr do not depend on the batch size", choices=["sum", "mean"])
     normalize_obs: bool = ALGO.preset(False, "scale observations by running mean and std (statistics shared by every "

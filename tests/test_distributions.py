@@ -81,3 +81,61 @@ def test_a_space_no_kind_takes_is_one_line_naming_what_would_do():
     with pytest.raises(EnvSpecError) as caught:
         describe_env("Pendulum-v1")
     assert str(caught.value).startswith("--env 'Pendulum-v1': action space Box(") and "\n" not in str(caught.value)
+
+
+def test_a_second_kind_is_one_class_the_model_and_the_start_up_trial_take():
+    """A stand-in second kind (two Bernoulli actions, MultiBinary(2)): registered with one class,
+    the env's space picks it, the model's head is sized by it, and the start-up trial (one acting
+    step, one learn step) runs with its array-shaped actions."""
+    from torch import nn
+
+    from hogwild_a3c.config import Config
+    from hogwild_a3c.learning import distributions
+    from hogwild_a3c.learning.learner import trial_update_problem
+    from hogwild_a3c.learning.model import build_model
+
+    @distributions.action_kind
+    class TwoCoins:
+        serves, action_shape, action_dtype, param_size = "MultiBinary(2)", (2,), np.int64, 2
+
+        @staticmethod
+        def takes(space):
+            return isinstance(space, gym.spaces.MultiBinary) and space.n == 2
+
+        @classmethod
+        def of(cls, space):
+            return cls()
+
+        def head(self, in_features):
+            return nn.Linear(in_features, 2)
+
+        def _bernoulli(self, params):
+            return torch.distributions.Bernoulli(logits=params)
+
+        def sample(self, params, rng):
+            actions = (rng.random(params.shape) < torch.sigmoid(params).numpy()).astype(np.int64)
+            return actions, self.log_prob(params, torch.from_numpy(actions)).numpy()
+
+        def mode(self, params):
+            return (params > 0).long().numpy()
+
+        def log_prob(self, params, actions):
+            return self._bernoulli(params).log_prob(actions.float()).sum(-1)
+
+        def entropy(self, params):
+            return self._bernoulli(params).entropy().sum(-1)
+
+        def evaluate(self, params, actions):
+            return self.log_prob(params, actions), self.entropy(params)
+
+        def env_action(self, action):
+            return np.asarray(action, dtype=np.int8)
+
+    try:
+        kind = distribution_for(gym.spaces.MultiBinary(2))
+        assert isinstance(kind, TwoCoins)
+        model = build_model((4,), kind, Config(lstm_size=8, hidden_size=8))
+        assert model.action_head.out_features == 2
+        assert trial_update_problem(model, Config()) is None
+    finally:
+        distributions._KINDS.remove(TwoCoins)

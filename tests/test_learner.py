@@ -1,7 +1,7 @@
 """The learner seam: `A3CLearner` makes the update the worker made before the rooms change.
 
 tests/fixtures/learn-before-rooms.pt was written by the code of bb4b8e3 (before the learner left the
-worker, and before `encoder_grad` went): for each case a rollout its Worker collected, the local and
+worker): for each case a rollout its Worker collected, the local and
 shared weights and Adam's statistics before `Worker.learn`, and the shared weights after it. Here
 the same rollout goes through today's learner from the same weights and statistics."""
 from pathlib import Path

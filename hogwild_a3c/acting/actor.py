@@ -29,8 +29,6 @@ import torch
 from ..learning.model import ActorCritic, State, has_conv_encoder
 from . import onnx_backend
 
-BACKENDS = ("auto", "torch", "onnxruntime")
-
 
 class Actor(Protocol):
     name: str

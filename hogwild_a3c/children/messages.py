@@ -46,7 +46,7 @@ class WriteFailed:
     """A child could not write a run file (the evaluator's best.pt): the run stops on it."""
 
     role: str
-    message: str  # one line naming the file, from `files.describe_failure`
+    message: str  # one line naming the file, from `files.atomic.describe_failure`
 
 
 @dataclass(frozen=True)

@@ -208,7 +208,7 @@ class Worker:
         if local.return_norm is not None:
             returns, self.discounted_return = running_returns(rollout.rewards, rollout.dones, self.discounted_return,
                                                               self.cfg.gamma)
-        self.link.merge_statistics(rollout.obs if local.obs_norm is not None else None, returns)
+        self.link.merge_statistics(rollout.observations().numpy() if local.obs_norm is not None else None, returns)
         if local.return_norm is not None:
             rollout.rewards *= local.return_norm.scale()
             np.clip(rollout.rewards, -local.return_norm.clip, local.return_norm.clip, out=rollout.rewards)

@@ -2,7 +2,7 @@
 `AtariFrame`, the same computation on one raw frame) and the Atari protocol (`AtariSteps`: the
 frameskip with the max of the last two frames, FIRE after a reset and a lost life, each lost life
 marked in the step's info) and the last frames stacked as channels (`StackedFrames`).
-`envs.make_env` puts them on an ALE env; ALE ids are registered here (`register_atari`).
+`make.make_env` puts them on an ALE env; ALE ids are registered here (`register_atari`).
 """
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ class AtariFrame:
         cropped = frame[ATARI_CROP_ROWS]
         if frame.ndim == 3:  # an RGB frame: universe averages the channels
             # The channel sum in uint16 (exact, at most 765), then one conversion to float32:
-            # about 8x faster than `frame.mean(axis=2)`, which goes through float64.
+            # much faster than `frame.mean(axis=2)`, which goes through float64.
             summed = np.add(cropped[..., 0], cropped[..., 1], dtype=np.uint16)
             summed += cropped[..., 2]
             small = self._resize_rgb @ summed.astype(np.float32) @ self._resize_rgb_t

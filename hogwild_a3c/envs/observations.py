@@ -4,7 +4,7 @@ statistics and the checkpoints already hold.
 A flat float Box and a 1x42x42 float frame (the universe frame's shape) go to the model as they
 are; Atari envs never come here (atari.py makes their frames). Everything else gets an
 `ObsLayout` from its space and is packed by `FlatObservation` into one float32 vector, part
-after part; the model's `PartsEncoder` (model.py) cuts it back:
+after part; the model's `PartsEncoder` (learning/encoders.py) cuts it back:
 
 - an image (a `Box` of rank 3, HWC or CHW, uint8 scaled by 1/255 or float as it is) goes to a
   conv: a grid of at most `SMALL_GRID` a side (MiniGrid's 7x7x3) at full resolution; up to

@@ -1,8 +1,8 @@
 """Checkpoints: the one owner of their format, and files that survive a kill at any instant.
 
-Each save writes `ckpt-<step>.pt` through a temp file (`files.write_atomically`), then points
+Each save writes `ckpt-<step>.pt` through a temp file (`atomic.write_atomically`), then points
 `latest.pt` at it the same way, and prunes old numbered files. `best.pt` (the best evaluated
-policy) is written by `save_best`. A checkpoint holds only tensors and plain types, so it loads
+policy, the trained agent) is written by `save_best`. A checkpoint holds only tensors and plain types, so it loads
 with `torch.load(weights_only=True)`: no code runs on load.
 
 A training checkpoint (`training_payload` / `restore_training`) holds the model, every worker's

@@ -160,7 +160,7 @@ def trial_update_problem(model: ActorCritic, cfg: Any) -> str | None:
     try:
         with torch.no_grad():
             action_params, _, _ = model.step(obs[0], model.initial_state(batch))
-        actions = torch.from_numpy(model.distribution.mode(action_params)).repeat(batch)
+        actions = torch.cat([torch.from_numpy(model.distribution.mode(action_params))] * batch)  # [T * B, ...]
         context = encoder_context(cfg.learn_precision)
         action_params, values = model.replay(obs, model.initial_state(batch), None, context)
         zeros = torch.zeros(batch * batch)

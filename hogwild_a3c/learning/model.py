@@ -135,7 +135,7 @@ class ActorCritic(nn.Module):
             self.lstm = None
             head_in = self.encoder.out_features
         # The value head may have an encoder of its own (SB3's MlpPolicy does), so the value loss
-        # does not shape the policy's features: "separate" with the mlp core only (the LSTM's state
+        # does not shape the action head's features: "separate" with the mlp core only (the LSTM's state
         # is then shared, as before the choice "mlp" existed), "mlp" with either core, the value
         # then feed-forward from the observation (an unbiased baseline without memory).
         separate = len(obs_shape) == 1 and (value_net == "mlp" or (value_net == "separate" and core == "mlp"))
@@ -217,7 +217,9 @@ class ActorCritic(nn.Module):
         if self.lstm is None:
             action_params, values = self._feedforward(obs.reshape(steps * batch, *obs.shape[2:]), encoder_context)
             return action_params.reshape(steps, batch, -1), values.reshape(steps, batch)
-        flat = self.normalized(obs.reshape(steps * batch, *obs.shape[2:]))
+        # Normalized only where something reads it: a caller that gives `features` normalized them.
+        flat = (self.normalized(obs.reshape(steps * batch, *obs.shape[2:]))
+                if features is None or self.value_encoder is not None else None)
         if features is None:
             with encoder_context():
                 features = self.encoder(flat).float()
@@ -238,6 +240,7 @@ class ActorCritic(nn.Module):
         out = torch.cat(outputs) if len(outputs) > 1 else outputs[0]
         if self.value_encoder is None:
             return self.action_head(out), self.value(out).squeeze(-1)
+        assert flat is not None  # normalized above whenever there is a value encoder
         return self.action_head(out), self.value(self.value_encoder(flat).reshape(steps, batch, -1)).squeeze(-1)
 
 

@@ -57,7 +57,8 @@ class Rollout:
         )
 
     def store_obs(self, t: int, obs: np.ndarray) -> None:
-        """Step t's observations [K, *obs_shape], as this rollout stores them."""
+        """Step t's observations [K, *obs_shape], as this rollout stores them: uint8 frames only
+        for observations in [0, 1] (what the conv encoders read), which the caller knows."""
         if self.obs.dtype == np.uint8:
             np.rint(np.clip(obs, 0.0, 1.0) * FRAME_LEVELS, out=self.obs[t], casting="unsafe")
         else:

@@ -18,7 +18,7 @@ claimed name is shown as a claim. The side channel only names: a peer that canno
 firewall) is named "did not connect back", and nothing else changes.
 
 `check_claims`, at the start: every node's claim of progress (the global step it restored) is
-checked against this node's own bound (`nodes.max_claim` of its own --max-steps), never one a
+checked against this node's own bound (`node.max_claim` of its own --max-steps), never one a
 peer declares; any node that refuses a claim makes every node refuse the start, so no node waits
 for a broadcast that will not come.
 """

@@ -14,7 +14,7 @@ progress against this node's own bound, each round's control values for kind and
 weight changes and statistics for finiteness (`PeerDataError`).
 
 Start (`start_sync`): all_gather every node's progress (the global step it restored), each
-checked against this node's own bound (`nodes.max_claim` of its own budget: a claim more than
+checked against this node's own bound (`node.max_claim` of its own budget: a claim more than
 max(10%, 1M steps) above --max-steps is refused as forged or corrupt), pick the node with the most (lowest rank
 on ties; ranks change across elastic restarts, so it is not necessarily rank 0), broadcast its
 parameters, set shared and anchor to them; every node agrees that the global step starts at that
@@ -30,7 +30,7 @@ is destroyed on every way out). The supervisor does not restart a syncer: it fai
 run, which saves and exits 1, and torchrun (`--max-restarts`) restarts every node's trainer into
 a new rendezvous, each resuming its own run directory. A refusal (`MembershipError`: a peer
 that cannot prove the token, differs in settings, claims too much or sends numbers no node
-sends) is not a failure that a restart mends: `status.state` is REFUSED, `nodes.syncer_main`
+sends) is not a failure that a restart mends: `status.state` is REFUSED, `node.syncer_main`
 reports the one line and exits 0, and the node stops saved with exit 0, which torchrun does
 not restart.
 

@@ -1,6 +1,6 @@
 """One session of a run, from checked settings to its result: `Session(prepared).run()`.
 
-`training.prepare` checks everything and takes the run directory's lock; a `Session` builds the
+`prepare.prepare` checks everything and takes the run directory's lock; a `Session` builds the
 shared state, the recorder, the stop rules, the children and the user's callbacks, runs the
 loop (`run_loop.RunLoop`) until the stop rules end it, and returns the `TrainResult`. The
 command line and the Python API both run it, and only it releases the lock.
@@ -59,7 +59,7 @@ class Session:
     def run(self) -> TrainResult:
         """Train until the stop rules end the run; the lock is released on every way out."""
         # One thread, like every child: serial mode's worker runs here (under load a multi-thread
-        # pool made a serial Acrobot run ~40x slower), and otherwise this process only supervises,
+        # pool made a serial Acrobot run many times slower), and otherwise this process only supervises,
         # where an idle pool spinning after each weight check takes CPU from the workers. Restored
         # at the end: from Python (a notebook) this process is the user's.
         threads_before = torch.get_num_threads()
