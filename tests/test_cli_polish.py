@@ -134,3 +134,17 @@ def test_in_a_real_notebook_kernel_the_env_is_reported(tmp_path):
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     (output,) = notebook.cells[0].outputs
     assert output["text"].startswith("--env 'Mine-v0' is registered in __main__ (a notebook")
+
+
+def test_field_types_come_from_the_type_hints_whatever_their_form():
+    """`FIELD_TYPES` reads real type hints: a `Literal` or `tuple[int, ...]` field (which the
+    old string parsing could not read, a KeyError on import) gets its base type."""
+    import typing
+
+    from hogwild_a3c.config import FIELD_TYPES, _base_type
+
+    assert _base_type(typing.Literal["a", "b"]) == (str, False)
+    assert _base_type(tuple[int, ...]) == (tuple, False)
+    assert _base_type(int | None) == (int, True)
+    assert _base_type(typing.Optional[float]) == (float, True)  # noqa: UP045 - the older spelling, on purpose
+    assert FIELD_TYPES["num_workers"] == (int, True) and FIELD_TYPES["env_kwargs"] == (dict, False)
