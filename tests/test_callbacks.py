@@ -2,6 +2,7 @@
 raises, and the order and content of what each method is given."""
 import json
 
+import numpy as np
 import pytest
 
 import hogwild_a3c
@@ -97,3 +98,46 @@ def test_what_is_not_a_callback_is_refused_before_anything_is_written(tmp_path):
             hogwild_a3c.train(**SMALL, max_steps=100, run_dir=tmp_path / "run",
                               callbacks=bad if isinstance(bad, str) else [bad])
     assert not (tmp_path / "run").exists()
+
+
+class Exits(Callback):
+    """`sys.exit()` in a callback, the idiom of many scripts; raised again if called again, as a
+    callback that keeps failing during the shutdown would be."""
+
+    def __init__(self, exception):
+        self.exception, self.ended = exception, None
+
+    def on_progress(self, row):
+        raise self.exception
+
+    def on_end(self, result):
+        self.ended = result
+
+
+class NumpyFalse(Callback):
+    def on_progress(self, row):
+        return np.float64(row["global_step"]) < 0.0  # np.bool_(False)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("exception, word", [(SystemExit(0), "SystemExit"), (KeyboardInterrupt(), "KeyboardInterrupt"),
+                                             (BaseException("odd"), "BaseException: odd")])
+def test_a_callback_that_exits_or_raises_a_base_exception_stops_the_run_saved(tmp_path, exception, word):
+    callback = Exits(exception)
+    result = hogwild_a3c.train(**SMALL, max_steps=10_000_000, eval_episodes=0, run_dir=tmp_path / "run",
+                               callbacks=[callback])
+    assert result.ended == "callback" and callback.ended == result
+    assert result.exit_code == 0  # as returning False
+    session = json.loads((tmp_path / "run" / "meta.json").read_text())["sessions"][-1]
+    assert session["ended"] == "callback" and session["exit_code"] == 0
+    assert (tmp_path / "run" / "checkpoints" / "latest.pt").exists()
+    assert not (tmp_path / "run" / ".reserve").exists()
+    assert f"stopping: callback Exits.on_progress raised {word}" in (tmp_path / "run" / "train.log").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_numpys_false_stops_the_run_as_false_does(tmp_path):
+    result = hogwild_a3c.train(**SMALL, max_steps=10_000_000, eval_episodes=0, run_dir=tmp_path / "run",
+                               callbacks=[NumpyFalse()])
+    assert result.ended == "callback" and result.exit_code == 0
+    assert "stopping: callback NumpyFalse.on_progress returned False" in (tmp_path / "run" / "train.log").read_text()

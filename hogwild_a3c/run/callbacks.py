@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 ENDED = "callback"
 METHODS = ("on_start", "on_progress", "on_evaluation", "on_checkpoint", "on_end")
 
@@ -86,13 +88,19 @@ class Callbacks:
             name = f"{type(callback).__name__}.{method}"
             try:
                 answer = function(argument)
-            except Exception as exc:  # noqa: BLE001 - a user's bug stops the run saved, in one line
+            except (SystemExit, KeyboardInterrupt) as exc:
+                # `sys.exit()` in a callback is a common way to say "stop": the run stops saved, as for
+                # False. Let through, either would cut the shutdown short and lose the session.
+                self._ask_stop(f"callback {name} raised {type(exc).__name__}")
+                continue
+            except BaseException as exc:  # noqa: BLE001 - a user's bug stops the run saved, in one line
                 text = (str(exc).strip().splitlines() or [""])[0][:200]
                 line = f"callback {name} raised {type(exc).__name__}" + (f": {text}" if text else "")
                 self._failed(line)
                 self._ask_stop(line)
                 continue
-            if answer is False:
+            # numpy's False too (`return np.mean(x) < t`); None, 0 and other values go on.
+            if answer is False or (isinstance(answer, np.bool_) and not answer):
                 self._ask_stop(f"callback {name} returned False")
 
     def _ask_stop(self, line: str) -> None:
