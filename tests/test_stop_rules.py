@@ -82,3 +82,16 @@ def test_non_finite_weights_and_skipped_updates_fail_the_run():
     stats[1, STAT["skipped_in_a_row"]] = 5
     p.check_learning(stats)
     assert p.reason.startswith("failed: worker 1 skipped 5 updates in a row")
+
+
+def test_a_failure_found_by_two_checks_is_told_once():
+    """Non-finite weights are found by the learning watch and again by the final checkpoint's check:
+    one line, not two (issue 64 L6)."""
+    errors = []
+    rules = StopRules(Config(), on_stop=lambda: None, record_error=errors.append, log=lambda m: None)
+    poisoned = {"w": torch.tensor([float("nan")])}
+    assert not rules.check_weights(poisoned)
+    assert not rules.check_weights(poisoned)
+    assert errors == ["run stopping: the shared weights became non-finite (NaN or inf); the run stops instead of "
+                      "training on garbage"]
+    assert rules.exit_code == 1 and rules.reason.startswith("failed: the shared weights became non-finite")

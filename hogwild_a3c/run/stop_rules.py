@@ -38,6 +38,7 @@ class StopRules:
         self.reason: str | None = None
         self.exit_code = EXIT_OK
         self.signals_seen = 0  # a signal's stop is never outranked, whatever its exit status
+        self._failures_said: set[str] = set()  # each failure told once, however many checks find it
 
     @property
     def stopping(self) -> bool:
@@ -57,7 +58,9 @@ class StopRules:
     def fail(self, message: str) -> None:
         """A failure outranks a reached budget or target (a final checkpoint that cannot be
         written must not end in exit 0), never a signal or an earlier failure."""
-        self._record_error(f"run stopping: {message}")
+        if message not in self._failures_said:
+            self._failures_said.add(message)
+            self._record_error(f"run stopping: {message}")
         if self.reason is not None and self.exit_code == EXIT_OK and not self.signals_seen:
             self.reason = None
         self.stop(f"failed: {message}", EXIT_FAILED)
