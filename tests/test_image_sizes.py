@@ -58,3 +58,16 @@ def test_a_model_that_cannot_learn_on_the_envs_observations_is_one_line_before_a
     assert not (tmp_path / "run").exists()  # nothing written
     (line,) = caught.value.errors
     assert line.startswith("the model cannot act or learn on this env's observations of shape") and "\n" not in line
+
+
+def test_an_image_too_small_for_the_encoder_of_a_module_env_is_one_line(tmp_path):
+    """`--encoder nature` on a 20x20 image of a `module:Id` env (issue 64 L1): the hint once asked
+    gymnasium for the id with its module prefix and crashed with a 61-line traceback."""
+    from hogwild_a3c.run.prepare import prepare_given
+
+    with pytest.raises(ConfigError) as caught:
+        prepare_given({"env": "tests.envs:CueImage-v0", "env_kwargs": {"size": 20}, "encoder": "nature",
+                       "num_workers": 0, "run_dir": str(tmp_path / "run")})
+    (line,) = caught.value.errors
+    assert line.startswith("--encoder nature: the nature encoder needs images of at least 36x36 (got 20x20)")
+    assert "give another --encoder" in line and not (tmp_path / "run").exists()

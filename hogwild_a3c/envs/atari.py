@@ -230,10 +230,16 @@ def register_atari() -> None:
 
 
 def is_atari(env_id: str) -> bool:
+    """Whether `env_id` (also `module:EnvId`, whose module registered it already) is an ALE game;
+    False for an id no registry knows."""
+    name = env_id.partition(":")[2] or env_id
     # ale_py is imported only when the id is not registered yet (0.3 s of a child's start).
-    if env_id not in gym.registry:
+    if name not in gym.registry:
         register_atari()
-    spec = gym.spec(env_id)
+    try:
+        spec = gym.spec(name)
+    except gym.error.Error:
+        return False
     return isinstance(spec.entry_point, str) and spec.entry_point.startswith("ale_py")
 
 
