@@ -116,7 +116,16 @@ class TextOnlyEnv(CountingEnv):
         self.observation_space = gym.spaces.Dict({"mission": gym.spaces.Text(12)})
 
 
+class NoObservationSpaceEnv(CountingEnv):
+    """An env that declares no observation space at all (None)."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = None
+
+
 for _name, _cls in [
+    ("NoObservationSpace-v0", NoObservationSpaceEnv),
     ("Counting-v0", CountingEnv),
     ("Faulty-v0", FaultyEnv),
     ("BoxAction-v0", BoxActionEnv),

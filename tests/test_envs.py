@@ -54,3 +54,14 @@ def test_env_kwargs_parse_python_literals():
 def test_a_users_module_env_id_works():
     info = describe_env("tests.envs:Counting-v0", {"length": 3})
     assert info.obs_shape == (2,) and info.distribution == Categorical(2)
+
+
+def test_an_env_without_an_observation_space_is_not_blamed_on_env_kwargs():
+    """No --env-kwargs were given, so none are named (issue 64 L4)."""
+    import tests.envs  # noqa: F401 - registers the test envs
+
+    with pytest.raises(EnvSpecError) as caught:
+        describe_env("tests.envs:NoObservationSpace-v0")
+    line = str(caught.value)
+    assert line.startswith("--env 'tests.envs:NoObservationSpace-v0': making the env raised TypeError: observation "
+                           "space does not inherit from") and "--env-kwargs" not in line and "\n" not in line

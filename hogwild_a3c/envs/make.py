@@ -332,7 +332,10 @@ def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: s
         message, hint = str(exc).splitlines()[0], _namespace_hint(env_id)
         raise EnvSpecError(f"--env '{env_id}': {message.rstrip('.') + hint if hint else message}") from None
     except TypeError as exc:
-        raise EnvSpecError(_kwargs_error(env_id, env_kwargs or {}, exc)) from None
+        if env_kwargs:  # what the constructor refused; with none given, the env's own fault below
+            raise EnvSpecError(_kwargs_error(env_id, env_kwargs, exc)) from None
+        message = str(exc).split(" was raised from the environment creator")[0].splitlines()[0][:200]
+        raise EnvSpecError(f"--env '{env_id}': making the env raised TypeError: {message}") from None
     except Exception as exc:  # noqa: BLE001 - an env's own check of its arguments (ValueError), or any of its failures
         given = " ".join(f"{key}={shown(value)}" for key, value in (env_kwargs or {}).items())
         reason = (str(exc).splitlines() or [""])[0][:200]
