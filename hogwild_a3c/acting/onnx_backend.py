@@ -239,8 +239,9 @@ class OnnxRuntimeActor:
         problem = unsupported(model)
         if problem:
             raise ValueError(f"--act-backend onnxruntime: {problem}")
-        self.keeps_activations = keep_activations and bool(activation_names(model))
-        self._prepared = PreparedStep(model, self.keeps_activations)
+        self._prepared = PreparedStep(model, keep_activations)
+        # An encoder without ELU modules has none to keep: the graph then hands out nothing.
+        self.keeps_activations = bool(self._prepared.activations)
         # Optimized once already: building it again must not rewrite it.
         self._session = onnxruntime.InferenceSession(self._prepared.graph_bytes, session_options("ORT_DISABLE_ALL"),
                                                      providers=["CPUExecutionProvider"])
