@@ -23,8 +23,8 @@ import torch
 from .config import OLD_FIELD_NAMES, Config, config_from_dict, flag_name, typed_values, with_current_names
 from .envs.atari import AtariFrame, is_atari
 from .envs.make import EnvInfo, EnvSpecError, describe_env, env_options, make_env, unconsented_module
-from .files.atomic import shown
 from .files.checkpoint import CheckpointError, check_model_fits, resolve_checkpoint, step_problem
+from .files.plain_data import shown
 from .learning.distributions import choose
 from .learning.model import ActorCritic, State, model_for_env, model_size_problem
 from .run.session import TrainResult

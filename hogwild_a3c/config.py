@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .files.atomic import shown
+from .files.plain_data import env_kwargs_problem, shown
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ RENAMED = {"seed": "universe", "fast": "luminance"}  # old name of a preset or -
 @dataclass
 class Config:
     env: str = ENV.opt("ALE/Pong-v5", "Gymnasium id (also `module:EnvId-v0`) whose action space has a distribution "
-                       "(learning/distributions.py: Discrete)",
+                       "(learning/distributions.py: Discrete, Box of floats, MultiDiscrete, MultiBinary)",
                        required_when_saved=True)
     env_kwargs: dict = ENV.opt(None, "extra keyword arguments for gymnasium.make, as KEY=VALUE (VALUE a Python "
                                "literal)", nargs="*")
@@ -159,6 +159,9 @@ class Config:
                                "layer-normalized before an LSTM; for --image-size 84), impala (IMPALA's 3 residual "
                                "stacks and 256 units, layer-normalized); small grids keep their own",
                                choices=["universe", "nature", "impala"])
+    action_std: str = ALGO.preset("free", "Box actions (a Gaussian policy): free = one learned log-std per action "
+                                  "dimension, whatever the state (CleanRL, SB3); state = the action head gives it "
+                                  "for each state (the A3C paper)", choices=["free", "state"])
     activation: str = ALGO.preset("elu", "activation of the vector encoder", choices=["elu", "tanh"])
     value_net: str = ALGO.preset("shared", "shared: the value head shares the action head's encoder and core; "
                                  "separate: with --core mlp, an MLP of its own (the lstm core then shares); mlp: an "
@@ -324,47 +327,6 @@ def config_from_dict(data: Any, source: str) -> Config:
 
 
 MAX_SEED = 2**32 - 1
-# env_kwargs come from files too (config.json, a checkpoint, --config): a crafted value must be
-# refused before gymnasium formats it into a message (a list whose 40 levels share one list has
-# a repr of 2**40 items) or an env is built from it.
-MAX_ENV_KWARGS_DEPTH = 8
-MAX_ENV_KWARGS_VALUES = 10_000
-MAX_ENV_KWARGS_STRING = 10_000
-
-
-def env_kwargs_problem(kwargs: Any) -> str | None:
-    """Why `kwargs` is not plain data of a bounded size (numbers, strings, booleans, null,
-    lists and string-keyed objects, at most 8 levels deep), or None."""
-    budget = [MAX_ENV_KWARGS_VALUES]  # counts every visit, so a value shared by many levels counts each time
-
-    def walk(value: Any, depth: int) -> str | None:
-        budget[0] -= 1
-        if budget[0] < 0:
-            return f"holds more than {MAX_ENV_KWARGS_VALUES:,} values"
-        if depth > MAX_ENV_KWARGS_DEPTH:
-            return f"is nested more than {MAX_ENV_KWARGS_DEPTH} levels deep"
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if not isinstance(key, str):
-                    return f"has the key {shown(key)}, not a string"
-                problem = walk(item, depth + 1)
-                if problem:
-                    return problem
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                problem = walk(item, depth + 1)
-                if problem:
-                    return problem
-        elif isinstance(value, str) and len(value) > MAX_ENV_KWARGS_STRING:
-            return f"holds a string of {len(value):,} characters (at most {MAX_ENV_KWARGS_STRING:,})"
-        elif value is not None and not isinstance(value, (str, bool, int, float)):
-            return (f"holds {shown(value)}, a {type(value).__name__}; values are numbers, strings, true/false, null, "
-                    "lists and objects")
-        return None
-
-    return walk(kwargs, 0)
-
-
 MAX_STEPS = 2**62
 MAX_SYNC_TIMEOUT_S = 86400.0
 

@@ -34,7 +34,10 @@ def _train(argv: list[str] | None) -> tuple[int, bool]:
         from .files.rundir import ConfigError
         from .run.prepare import prepare
         from .run.session import Session
-
+    except BaseException:  # a broken install: its own traceback, not one about ConfigError being unbound
+        signal.signal(signal.SIGINT, previous)
+        raise
+    try:
         if not pressed:
             session = Session(prepare(argv), argv)
     except ConfigError as exc:

@@ -78,12 +78,6 @@ class FaultyEnv(CountingEnv):
         return super().step(action)
 
 
-class BoxActionEnv(CountingEnv):
-    def __init__(self):
-        super().__init__()
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-
-
 class ImageEnv(CountingEnv):
     """A 64x64 RGB image, larger than --image-size: made grey and resized to 42x42."""
 
@@ -128,7 +122,6 @@ for _name, _cls in [
     ("NoObservationSpace-v0", NoObservationSpaceEnv),
     ("Counting-v0", CountingEnv),
     ("Faulty-v0", FaultyEnv),
-    ("BoxAction-v0", BoxActionEnv),
     ("Image-v0", ImageEnv),
     ("RankFour-v0", RankFourEnv),
     ("TextOnly-v0", TextOnlyEnv),
@@ -269,3 +262,106 @@ for _name, _form in [("CueImage-v0", "hwc"), ("CueImageCHW-v0", "chw"), ("CueIma
                      ("CueDict-v0", "dict")]:
     if _name not in gym.registry:
         gym.register(_name, entry_point=f"{__name__}:CueImageEnv", kwargs={"form": _form})
+
+
+class TargetBoxEnv(gym.Env):
+    """Continuous actions to learn in seconds: each step shows a target in [-1.5, 1.5]^2 and pays
+    minus the squared distance of the action to it, over 10 steps. The action space is
+    Box(-2, 2, (2,)), so the policy's [-1, 1] is scaled onto it. Uniform random actions return about
+    -21 an episode, the best 0."""
+
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, render_mode=None):
+        self.observation_space = gym.spaces.Box(-1.5, 1.5, (2,), np.float32)
+        self.action_space = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
+        self.render_mode = render_mode
+        self.target = np.zeros(2, np.float32)
+        self.t = 0
+
+    def _new_target(self):
+        self.target = self.np_random.uniform(-1.5, 1.5, 2).astype(np.float32)
+        return self.target.copy()
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._new_target(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action, np.float32)), action  # clipped before the env
+        reward = -float(np.sum((np.asarray(action) - self.target) ** 2))
+        self.t += 1
+        return self._new_target(), reward, self.t >= 10, False, {}
+
+    def render(self):
+        frame = np.zeros((32, 32, 3), np.uint8)
+        x, y = ((self.target + 1.5) / 3 * 31).astype(int)
+        frame[y, x] = 255
+        return frame
+
+
+class TargetPartsEnv(gym.Env):
+    """MultiDiscrete([3, 4]) actions: each step shows which value each part should take (scaled to
+    [0, 1]) and pays 1 for each part right, over 10 steps. Random actions return about 5.8 an
+    episode, the best 20."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.MultiDiscrete([3, 4])
+        self.wanted = np.zeros(2, np.int64)
+        self.t = 0
+
+    def _observe(self):
+        self.wanted = np.array([self.np_random.integers(3), self.np_random.integers(4)])
+        return (self.wanted / np.array([2.0, 3.0])).astype(np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._observe(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        reward = float(np.sum(np.asarray(action) == self.wanted))
+        self.t += 1
+        return self._observe(), reward, self.t >= 10, False, {}
+
+
+class DictActionEnv(CountingEnv):
+    """An action space no distribution takes: a Dict of two parts."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Dict({"move": gym.spaces.Discrete(2), "turn": gym.spaces.Box(-1, 1, (1,))})
+
+
+class IntegerBoxEnv(CountingEnv):
+    """A Box of integers as the action space, which no distribution takes."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Box(0, 5, (2,), np.int64)
+
+
+for _name, _cls in [("TargetBox-v0", TargetBoxEnv), ("TargetParts-v0", TargetPartsEnv),
+                    ("DictAction-v0", DictActionEnv), ("IntegerBox-v0", IntegerBoxEnv)]:
+    if _name not in gym.registry:
+        gym.register(_name, entry_point=f"{__name__}:{_cls.__name__}")
+
+
+class ImageBoxEnv(CountingEnv):
+    """A 24x24 RGB image and Box actions, as CarRacing's (96x96 frames, three continuous actions) in
+    small: a conv encoder with a Gaussian head."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Box(0, 255, (24, 24, 3), np.uint8)
+        self.action_space = gym.spaces.Box(np.float32([-1, 0, 0]), np.float32([1, 1, 1]), dtype=np.float32)
+
+    def _obs(self):
+        return np.full((24, 24, 3), self.t * 30 % 256, np.uint8)
+
+
+if "ImageBox-v0" not in gym.registry:
+    gym.register("ImageBox-v0", entry_point=f"{__name__}:ImageBoxEnv")

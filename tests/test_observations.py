@@ -90,8 +90,8 @@ def test_tuples_multibinary_and_discrete_are_taken_and_bad_spaces_say_what_is_su
 
 
 def test_a_small_grid_gets_the_grid_preset_and_its_full_resolution_encoder():
-    assert auto_preset(CUE_DICT) == "grid" and auto_preset("tests.envs:CueImageFloat-v0") == "grid"
-    assert auto_preset("tests.envs:Image-v0") == "vector" and auto_preset("CartPole-v1") == "vector"
+    assert auto_preset(CUE_DICT)[0] == "grid" and auto_preset("tests.envs:CueImageFloat-v0")[0] == "grid"
+    assert auto_preset("tests.envs:Image-v0")[0] == "vector" and auto_preset("CartPole-v1")[0] == "vector"
     info = describe_env(CUE_DICT)
     model = build_model(info.obs_shape, info.distribution, 16, info.layout)
     grid = model.encoder.image_encoders[0]
@@ -156,7 +156,7 @@ def test_minigrid_is_taken_with_no_flags_and_its_mission_text_is_dropped(tmp_pat
     info = describe_env(env_id)
     assert [(p.key, p.kind, p.shape) for p in info.layout.parts] == [
         ("direction", "onehot", (4,)), ("image", "image", (3, 7, 7))]
-    assert info.layout.dropped == ("mission (MissionSpace)",) and auto_preset(env_id) == "grid"
+    assert info.layout.dropped == ("mission (MissionSpace)",) and auto_preset(env_id)[0] == "grid"
     result = hogwild_a3c.train(env=env_id, num_workers=1, max_steps=3_000, eval_interval=1, eval_episodes=2,
                                progress=False, run_dir=tmp_path / "run")
     assert result.ok and result.global_step >= 3_000

@@ -58,7 +58,7 @@ class Worker:
         self.rng = np.random.default_rng(seed)
         self.num_envs = cfg.envs_per_worker
         self.model = model_for_env(env_info, cfg)
-        self.distribution = env_info.distribution
+        self.distribution = self.model.distribution
         self.learner = make_learner(self.model, link, cfg)
         # Acts with what the model held at its last refresh, and keeps what the learner can reuse.
         self.actor = make_actor(cfg.act_backend, self.model, keep_activations=self.learner.reads_activations)
@@ -70,7 +70,7 @@ class Worker:
         self.env_errors_in_a_row = 0
         self.state = self.model.initial_state(self.num_envs)
         self.rollout = Rollout.empty(cfg.rollout_steps, self.num_envs, env_info.obs_shape, self.state,
-                                     env_info.distribution, activation_shapes=self.actor.activation_shapes,
+                                     self.distribution, activation_shapes=self.actor.activation_shapes,
                                      activations_nhwc=self.actor.activations_nhwc)
         for k in range(self.num_envs):
             self._start_env(k)

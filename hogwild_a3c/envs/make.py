@@ -19,13 +19,14 @@ import multiprocessing as mp
 import re
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 
 from ..config import RENAMED
-from ..files.atomic import shown
+from ..files.plain_data import shown
 from ..learning.distributions import ActionDistribution, UnsupportedActions, distribution_for
 from .atari import (
     ATARI_CROP_ROWS,
@@ -81,6 +82,27 @@ def _import_env_module(env_id: str) -> str:
     return env_id
 
 
+def _mujoco_warning(text: str) -> None:
+    # Gymnasium's own MuJoCo models use attributes MuJoCo 4 calls deprecated: nothing a user can
+    # act on. Anything else is a Python warning, shown once.
+    if "deprecated" not in text:
+        warnings.warn(f"MuJoCo: {text.strip()}", stacklevel=2)
+
+
+def _route_mujoco_warnings(env_id: str) -> None:
+    """MuJoCo's own warning handler prints to stderr and appends to MUJOCO_LOG.TXT in the working
+    directory of every process that makes the env: a file left in the user's folder by each
+    worker. Its warnings go through Python's instead, before the env builds its model."""
+    try:
+        entry_point = str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        return
+    if "mujoco" in entry_point:
+        import mujoco
+
+        mujoco.set_mju_user_warning(_mujoco_warning)
+
+
 def make_env(
     env_id: str,
     env_kwargs: dict[str, Any] | None = None,
@@ -130,6 +152,7 @@ def make_env(
     if frame_stack != 1:
         raise EnvSpecError(f"--frame-stack {frame_stack}: only Atari frames are stacked; '{env_id}' is not an "
                            "Atari env, so give --frame-stack 1")
+    _route_mujoco_warnings(env_id)
     env = gym.make(env_id, **kwargs)
     layout = layout_of(env.observation_space, image_size)
     if layout is not None:

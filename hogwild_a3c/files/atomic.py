@@ -24,11 +24,12 @@ import errno
 import json
 import os
 import re
-import reprlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from .plain_data import shown
 
 
 class WriteError(RuntimeError):
@@ -54,24 +55,6 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
 
 
 # -- what is read from a run directory is data --------------------------------------------------
-
-SHOWN_CHARS = 80
-
-
-# A bounded repr: a crafted value (a list nested 40 deep whose levels share one list) has a
-# plain repr of exponential length; this one looks at a few levels and items only.
-_BOUNDED_REPR = reprlib.Repr()  # keyword arguments only from Python 3.12
-for _name, _bound in {"maxlevel": 3, "maxlist": 6, "maxtuple": 6, "maxdict": 6, "maxset": 6,
-                      "maxstring": SHOWN_CHARS, "maxother": SHOWN_CHARS, "maxlong": 40}.items():
-    setattr(_BOUNDED_REPR, _name, _bound)
-
-
-def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
-    """`value` as it may go into a message or a log line: a bounded repr, so a newline or a
-    terminal escape read from a file is written as `\\n`, `\\x1b`, in at most `limit` characters."""
-    text = _BOUNDED_REPR.repr(value).encode("ascii", "backslashreplace").decode()
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
 
 def open_no_follow(path: str | os.PathLike, flags: int, mode: int = 0o644) -> int:
     """`os.open` that refuses a link in the last component (ELOOP) instead of opening its target."""

@@ -24,7 +24,8 @@ import torch
 
 from ..config import MAX_STEPS
 from ..learning.optim import OPTIMIZER_KINDS, moment_keys
-from .atomic import WriteError, describe_failure, link_atomically, link_problem, shown, write_atomically, writing
+from .atomic import WriteError, describe_failure, link_atomically, link_problem, write_atomically, writing
+from .plain_data import shown
 
 if TYPE_CHECKING:
     from ..children.shared import SharedState

@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .atomic import link_problem, open_text_no_follow, read_json_data, shown, write_atomically, writing
+from .atomic import link_problem, open_text_no_follow, read_json_data, write_atomically, writing
+from .plain_data import shown
 
 EPISODES_COLUMNS = ("time_s", "global_step", "worker", "episode_return", "episode_length")
 EVAL_COLUMNS = ("time_s", "global_step", "episode_return", "episode_length")

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..config import RENAMED, Config, config_from_dict, experiment_fields, flag_name, resumable_fields, validate
 from ..envs.make import EnvSpecError, parse_env_kwargs, unconsented_module
-from .atomic import link_problem, open_no_follow, read_json_data, shown
+from .atomic import link_problem, open_no_follow, read_json_data
+from .plain_data import shown
 
 
 class ConfigError(ValueError):

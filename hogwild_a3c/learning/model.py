@@ -253,11 +253,13 @@ def build_model(obs_shape: tuple[int, ...], distribution: ActionDistribution | i
     """The model for a run. `distribution`: the env's action distribution (`EnvInfo.distribution`),
     or an int n for Discrete(n). `arch` is the run's Config (or anything with its model fields:
     lstm_size, lstm_forget_bias, core, hidden_size, activation, normalize_obs, normalize_reward,
-    encoder), or a bare int, the LSTM size of universe's model. `layout`: the env's
+    encoder, action_std), or a bare int, the LSTM size of universe's model. `layout`: the env's
     `EnvInfo.layout`, for packed observations."""
     if isinstance(arch, int):
         model = ActorCritic(obs_shape, distribution, arch, layout=layout)
     else:
+        if not isinstance(distribution, int):
+            distribution = distribution.for_settings(arch)
         model = ActorCritic(
             obs_shape, distribution, arch.lstm_size, core=arch.core, hidden_size=arch.hidden_size,
             activation=arch.activation, normalize_obs=arch.normalize_obs, normalize_reward=arch.normalize_reward,

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..files.atomic import shown
+from ..files.plain_data import shown
 
 MAX_HELLO_BYTES = 1 << 16
 SIDE_CHANNEL_WAIT_S = 5.0  # for the connections of peers that can reach this node: milliseconds on a LAN

@@ -4,8 +4,8 @@ A run's settings are resolved once, before any process starts, in this order (la
 
 1. the `Config` dataclass defaults: universe's algorithm (universe-starter-agent on Atari);
 2. a preset: `--preset NAME`, or with `--preset auto` (the default) the env's own file
-   `presets/<env id>.json` if the package has one, else `atari` for Atari frames, `grid` for small
-   grid images (MiniGrid) and `vector` for the rest;
+   `presets/<env id>.json` if the package has one, else `atari` for Atari frames, `continuous` for
+   Box actions, `grid` for small grid images (MiniGrid) and `vector` for the rest;
 3. `--config FILE`, a user's JSON file of settings (it may name a `"preset"` to start from);
 4. the flags given on the command line.
 
@@ -38,31 +38,46 @@ def env_preset_name(env_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", env_id.partition(":")[2] or env_id)
 
 
-def auto_preset(env_id: str, env_kwargs: Any = None) -> str:
-    """The env's own preset if there is one; else by the observation family: `atari` for Atari
-    frames, `grid` for an observation holding a small grid image (MiniGrid's), `vector` for the
-    rest. Only the observation space is read (the env is made and closed)."""
+def auto_preset(env_id: str, env_kwargs: Any = None) -> tuple[str, str]:
+    """The preset `--preset auto` picks for an env, and why (for train.log): the env's own preset
+    if there is one; else by the env's family: `atari` for Atari frames, `continuous` for Box
+    actions, `grid` for an observation holding a small grid image (MiniGrid's), `vector` for the
+    rest. Only the spaces are read (the env is made and closed)."""
     own = env_preset_name(env_id)
     if (PRESET_DIR / f"{own}.json").is_file():
-        return own
+        return own, "the env's own preset file"
     from ..envs.atari import is_atari
     from ..envs.make import _import_env_module, parse_env_kwargs
     from ..envs.observations import has_small_grid
+    from ..learning.distributions import Gaussian
 
     try:
         name = _import_env_module(env_id)
         if is_atari(name):
-            return "atari"
+            return "atari", "Atari frames"
         kwargs = env_kwargs if isinstance(env_kwargs, dict) else parse_env_kwargs(env_kwargs or [])
         import gymnasium
 
         env = gymnasium.make(name, **kwargs)
         try:
-            return "grid" if has_small_grid(env.observation_space) else "vector"
+            if Gaussian.takes(env.action_space):
+                return "continuous", "Box actions, drawn from a Gaussian"
+            if has_small_grid(env.observation_space):
+                return "grid", "a small grid image in the observation"
+            return "vector", "observations other than Atari frames or small grids, and actions that are not a Box"
         finally:
             env.close()
     except Exception:  # noqa: BLE001 - an unknown id or a bad kwarg is reported by describe_env, with its own line
-        return "vector"
+        return "vector", "the env could not be made to look at (describe_env says why)"
+
+
+def preset_line(cfg: Config) -> str:
+    """train.log's line on where the run's settings came from."""
+    picked, why = auto_preset(cfg.env, cfg.env_kwargs)
+    if cfg.preset == picked:
+        return f"settings from preset {cfg.preset} (what --preset auto picks for {why}), then --config and flags"
+    return (f"settings from preset {cfg.preset} as asked (--preset auto would pick {picked}, for {why}), then "
+            "--config and flags")
 
 
 def _check_values(values: dict[str, Any], allowed: set[str], where: str) -> tuple[dict[str, Any], list[str]]:
@@ -132,8 +147,8 @@ def resolve(given: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     env = given.get("env", from_file.get("env", Config.env))
     name = given.get("preset", from_file.get("preset", "auto"))
     if name == "auto":
-        name = auto_preset(env if isinstance(env, str) else Config.env,
-                           given.get("env_kwargs", from_file.get("env_kwargs")))
+        name, _ = auto_preset(env if isinstance(env, str) else Config.env,
+                              given.get("env_kwargs", from_file.get("env_kwargs")))
     for flag, value in (("--preset", name), ("--frame", given.get("frame", from_file.get("frame")))):
         if value in RENAMED:
             print(f"note: {flag} {value} is called {RENAMED[value]} now (the reference, universe-starter-agent, "

@@ -22,15 +22,17 @@ from ..acting.actor import resolve as resolve_acting
 from ..children.process import flush_denormals
 from ..children.shared import SharedState
 from ..children.supervisor import make_children
-from ..files.atomic import WriteError, remove_stale_temp_files, shown
+from ..files.atomic import WriteError, remove_stale_temp_files
 from ..files.checkpoint import Progress, restore_training
 from ..files.logs import last_time_s
 from ..files.meta import KILLED, close_dead_sessions
+from ..files.plain_data import shown
 from ..learning.model import model_for_env
 from ..learning.optim import LrSchedule
 from ..learning.precision import resolve as resolve_precision
 from .callbacks import ENDED, Callbacks
 from .prepare import Prepared
+from .presets import preset_line
 from .recorder import Recorder
 from .run_loop import RunLoop
 from .stop_rules import EXIT_FAILED, StopRules
@@ -122,6 +124,7 @@ class Session:
         children = make_children(chosen, prepared.env_info, shared, str(run_dir), session, node=node,
                                  progress=shared.global_step())
         loop = RunLoop(cfg, run_dir, shared, recorder, rules, before, session, children, callbacks)
+        recorder.log(preset_line(cfg))
         recorder.log(acting_line)
         recorder.log(precision_line)
         self._say_what_was_found(recorder, dead_sessions)
