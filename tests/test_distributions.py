@@ -99,8 +99,8 @@ def test_a_space_no_kind_takes_is_one_line_naming_what_would_do():
 
 def test_a_second_kind_is_one_class_the_model_and_the_start_up_trial_take():
     """A stand-in kind (two Bernoulli actions on a Box of two integers 0-1, which no kind here
-    takes): registered with one class, the env's space picks it, the model's head is sized by it, and the start-up trial (one acting
-    step, one learn step) runs with its array-shaped actions."""
+    takes): registered with one class, the env's space picks it, the model's head is sized by it,
+    and the start-up trial (one acting step, one learn step) runs with its array-shaped actions."""
     from torch import nn
 
     from hogwild_a3c.config import Config
