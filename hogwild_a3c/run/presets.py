@@ -47,7 +47,7 @@ def auto_preset(env_id: str, env_kwargs: Any = None) -> tuple[str, str]:
     if (PRESET_DIR / f"{own}.json").is_file():
         return own, "the env's own preset file"
     from ..envs.atari import is_atari
-    from ..envs.make import _import_env_module, parse_env_kwargs
+    from ..envs.make import _import_env_module, _route_mujoco_warnings, parse_env_kwargs
     from ..envs.observations import has_small_grid
     from ..learning.distributions import Gaussian
 
@@ -58,6 +58,7 @@ def auto_preset(env_id: str, env_kwargs: Any = None) -> tuple[str, str]:
         kwargs = env_kwargs if isinstance(env_kwargs, dict) else parse_env_kwargs(env_kwargs or [])
         import gymnasium
 
+        _route_mujoco_warnings(name)
         env = gymnasium.make(name, **kwargs)
         try:
             if Gaussian.takes(env.action_space):
