@@ -162,6 +162,9 @@ class Config:
     action_std: str = ALGO.preset("free", "Box actions (a Gaussian policy): free = one learned log-std per action "
                                   "dimension, whatever the state (CleanRL, SB3); state = the action head gives it "
                                   "for each state (the A3C paper)", choices=["free", "state"])
+    action_bound: str = ALGO.preset("clip", "Box actions with finite bounds: the Gaussian's draw, stored as drawn, is "
+                                    "sent to the env clipped to [-1, 1] (clip) or squashed by tanh (tanh), then "
+                                    "scaled onto the bounds", choices=["clip", "tanh"])
     activation: str = ALGO.preset("elu", "activation of the vector encoder", choices=["elu", "tanh"])
     value_net: str = ALGO.preset("shared", "shared: the value head shares the action head's encoder and core; "
                                  "separate: with --core mlp, an MLP of its own (the lstm core then shares); mlp: an "

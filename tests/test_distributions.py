@@ -300,3 +300,18 @@ def test_every_kind_survives_a_pickle_and_equal_spaces_give_equal_kinds():
         kind = distribution_for(space)
         assert pickle.loads(pickle.dumps(kind)) == kind == distribution_for(space)
         assert hash(kind) == hash(distribution_for(space))
+
+
+def test_with_tanh_the_copy_sent_is_squashed_and_what_is_stored_and_scored_is_the_draw():
+    from hogwild_a3c.config import Config
+
+    space = gym.spaces.Box(np.float32([-2.0, 0.0]), np.float32([2.0, 10.0]), dtype=np.float32)
+    squashing = distribution_for(space).for_settings(Config(action_bound="tanh"))
+    clipping = distribution_for(space).for_settings(Config())
+    draw = np.array([3.0, -0.2], np.float32)
+    np.testing.assert_allclose(squashing.env_action(draw), [2.0 * np.tanh(3.0), 5.0 + 5.0 * np.tanh(-0.2)], rtol=1e-6)
+    np.testing.assert_allclose(clipping.env_action(draw), [2.0, 4.0], rtol=1e-6)
+    params = gaussian_params(rows=4, dims=2)
+    actions = torch.from_numpy(np.tile(draw, (4, 1)))
+    torch.testing.assert_close(squashing.evaluate(params, actions)[0], clipping.evaluate(params, actions)[0])
+    assert squashing != clipping

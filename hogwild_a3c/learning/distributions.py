@@ -175,26 +175,29 @@ class Gaussian:
     A Box with finite bounds is learned in [-1, 1] a dimension and mapped onto [low, high], so
     one initial std (1: half the range) suits every env; the sample is stored as drawn and only the
     copy handed to the env is clipped, so stored log-probabilities are those of the stored actions.
-    A dimension with an infinite bound is acted in the env's own units, clipped to the finite bound
-    if it has one."""
+    With `bound="tanh"` that copy is squashed by tanh instead of clipped. The policy gradient is the
+    same either way: the stored draw u is what is scored, and tanh's log-det term depends on u alone,
+    not on the weights; the entropy bonus is the unsquashed Gaussian's. A dimension with an
+    infinite bound is acted in the env's own units, clipped to the finite bound if it has one."""
 
     serves = "Box of floats"
     action_dtype: type[np.generic] = np.float32
 
     def __init__(self, low: np.ndarray, high: np.ndarray, env_shape: tuple[int, ...], env_dtype: Any = np.float32,
-                 std_source: str = "free"):
+                 std_source: str = "free", bound: str = "clip"):
         self.low = np.asarray(low, dtype=np.float64).ravel()
         self.high = np.asarray(high, dtype=np.float64).ravel()
         self.env_shape, self.env_dtype = tuple(env_shape), np.dtype(env_dtype)
         self.dims = int(self.low.size)
         self.action_shape: tuple[int, ...] = (self.dims,)
         self.param_size: int = 2 * self.dims
-        self.std_source = std_source
+        self.std_source, self.bound = std_source, bound
         bounded = np.isfinite(self.low) & np.isfinite(self.high)
         low, high = np.where(bounded, self.low, -1.0), np.where(bounded, self.high, 1.0)
         self.centre, self.half_range = (high + low) / 2, (high - low) / 2
         self.clip_low = np.where(bounded, -1.0, self.low)
         self.clip_high = np.where(bounded, 1.0, self.high)
+        self.squashed = bounded if bound == "tanh" else np.zeros_like(bounded)
 
     @staticmethod
     def takes(space: gym.Space) -> bool:
@@ -208,16 +211,17 @@ class Gaussian:
 
     def for_settings(self, arch: Any) -> Gaussian:
         """With the head --action-std asks for: the log-std `free` (one learned number a
-        dimension) or per `state` (a second linear output, as the A3C paper's variance head)."""
-        std_source = getattr(arch, "action_std", "free")
-        return self if std_source == self.std_source else Gaussian(self.low, self.high, self.env_shape, self.env_dtype,
-                                                                   std_source)
+        dimension) or per `state` (a second linear output, as the A3C paper's variance head); and
+        the bounding --action-bound asks for (clip or tanh)."""
+        std_source, bound = getattr(arch, "action_std", "free"), getattr(arch, "action_bound", "clip")
+        return Gaussian(self.low, self.high, self.env_shape, self.env_dtype, std_source, bound)
 
     def _key(self) -> tuple[Any, ...]:
-        return (self.low.tobytes(), self.high.tobytes(), self.env_shape, self.env_dtype.str, self.std_source)
+        return (self.low.tobytes(), self.high.tobytes(), self.env_shape, self.env_dtype.str, self.std_source,
+                self.bound)
 
     def __repr__(self) -> str:
-        return f"Gaussian({self.dims}, std {self.std_source})"
+        return f"Gaussian({self.dims}, std {self.std_source}, {self.bound})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Gaussian) and other._key() == self._key()
@@ -263,7 +267,8 @@ class Gaussian:
         return self._entropy(self.split(params)[1])
 
     def env_action(self, action: np.ndarray) -> np.ndarray:
-        clipped = np.clip(np.asarray(action, dtype=np.float64), self.clip_low, self.clip_high)
+        action = np.asarray(action, dtype=np.float64)
+        clipped = np.clip(np.where(self.squashed, np.tanh(action), action), self.clip_low, self.clip_high)
         return (clipped * self.half_range + self.centre).reshape(self.env_shape).astype(self.env_dtype)
 
 
