@@ -106,3 +106,22 @@ def test_an_action_space_no_distribution_takes_is_one_line_and_nothing_is_writte
     line = one_error_line(capsys)
     assert words in line and "Gaussian (Box of floats)" in line
     assert not run_dir.exists()
+
+
+def test_the_evaluator_plays_a_gaussian_policy_at_its_mean_and_a_categorical_one_sampled():
+    from hogwild_a3c.children.evaluator import play_episodes
+    from hogwild_a3c.envs.make import make_env
+
+    def returns(env_id, rng_seed):
+        cfg = Config(env=env_id, core="mlp", hidden_size=8)
+        info = describe_env(cfg.env)
+        torch.manual_seed(0)
+        model = model_for_env(info, cfg)
+        envs = [make_env(env_id) for _ in range(2)]
+        for k, env in enumerate(envs):
+            env.reset(seed=k)
+        return play_episodes(model, envs, np.random.default_rng(rng_seed), 4)
+
+    # Each env shows the targets its seed draws, and the mean action is the same whatever the generator.
+    assert returns("tests.envs:TargetBox-v0", 1) == returns("tests.envs:TargetBox-v0", 2)
+    assert returns("CartPole-v1", 1) != returns("CartPole-v1", 2)

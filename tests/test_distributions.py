@@ -111,6 +111,7 @@ def test_a_second_kind_is_one_class_the_model_and_the_start_up_trial_take():
     @distributions.action_kind
     class TwoCoins:
         serves, action_shape, action_dtype, param_size = "Box(0, 1, (2,), int64)", (2,), np.int64, 2
+        evaluated_at_mode = False
 
         @staticmethod
         def takes(space):

@@ -85,7 +85,8 @@ def play_episodes(
     watch: LstmWatch | None = None,
     step: Callable[[torch.Tensor, State], tuple[torch.Tensor, torch.Tensor, State]] | None = None,
 ) -> list[tuple[float, int]] | None:
-    """Play `episodes` episodes of the sampled policy on `envs` side by side: each step is one
+    """Play `episodes` episodes of the policy (sampled; a Gaussian's at its mean, the distribution's
+    `evaluated_at_mode`) on `envs` side by side: each step is one
     forward for every env still playing, each with its own LSTM state, and an env that ends its
     episode starts another while fewer than `episodes` have started. Every episode started is
     played to its end, so short ones are not favoured. (return, length) in the order the episodes
@@ -118,7 +119,7 @@ def play_episodes(
             action_params, _, (h_rows, c_rows) = step(torch.from_numpy(np.stack([obs[k] for k in playing])),
                                                (h[:, rows], c[:, rows]))
             h[:, rows], c[:, rows] = h_rows, c_rows
-            actions = choose(model.distribution, action_params, rng)
+            actions = choose(model.distribution, action_params, rng, model.distribution.evaluated_at_mode)
             ended = []
             for i, k in enumerate(playing):
                 if watch is not None:

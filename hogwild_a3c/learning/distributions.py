@@ -29,6 +29,8 @@ class UnsupportedActions(ValueError):
 
 class ActionDistribution(Protocol):
     param_size: int  # how many numbers the action head gives per observation
+    # Whether the run's evaluator plays the most likely action rather than a draw.
+    evaluated_at_mode: bool
     action_shape: tuple[int, ...]  # of one action as the rollout stores it
     action_dtype: type[np.generic]  # numpy dtype of the stored actions
 
@@ -83,6 +85,7 @@ class Categorical:
     """One of `n` actions (`Discrete(n)`): the head gives n logits, pi = softmax(logits)."""
 
     serves = "Discrete"
+    evaluated_at_mode = False  # a greedy policy can loop forever where a sampled one moves on (Atari)
     action_shape: tuple[int, ...] = ()
     action_dtype: type[np.generic] = np.int64
 
@@ -181,6 +184,9 @@ class Gaussian:
     infinite bound is acted in the env's own units, clipped to the finite bound if it has one."""
 
     serves = "Box of floats"
+    # The mean action, as continuous control is reported (SB3's and rl-zoo's deterministic
+    # evaluation); the draw's noise is exploration, which an evaluation of the policy leaves out.
+    evaluated_at_mode = True
     action_dtype: type[np.generic] = np.float32
 
     def __init__(self, low: np.ndarray, high: np.ndarray, env_shape: tuple[int, ...], env_dtype: Any = np.float32,
@@ -286,6 +292,7 @@ class MultiCategorical:
     logits concatenated; log-probabilities and entropies are summed over the parts."""
 
     serves = "MultiDiscrete"
+    evaluated_at_mode = False
     action_dtype: type[np.generic] = np.int64
 
     def __init__(self, nvec: np.ndarray, start: np.ndarray | None = None, env_dtype: Any = np.int64):
@@ -361,6 +368,7 @@ class Bernoulli:
     log-odds; log-probabilities and entropies are summed over the parts."""
 
     serves = "MultiBinary"
+    evaluated_at_mode = False
     action_dtype: type[np.generic] = np.int8
 
     def __init__(self, env_shape: tuple[int, ...]):
