@@ -172,3 +172,40 @@ def test_a_bare_minigrid_id_names_the_package_form(tmp_path):
     (line,) = [line for line in proc.stderr.splitlines() if line.startswith("error")]
     assert line.endswith("minigrid registers its envs when imported: give --env minigrid:MiniGrid-Empty-5x5-v0")
     assert not (tmp_path / "run").exists()
+
+
+def test_dict_keys_holding_a_dot_are_parts_of_their_own_beside_the_nested_keys_they_spell():
+    """Issue 64 M3: parts were found by their key split on ".": "robot.pos" crashed the workers
+    (KeyError 'robot'), and beside {"robot": {"pos": ...}} one part was packed twice, the other never."""
+    from hogwild_a3c.envs.observations import layout_of
+
+    space = gym.spaces.Dict({"robot.pos": gym.spaces.Box(-9, 9, (2,), np.float32),
+                             "robot": gym.spaces.Dict({"pos": gym.spaces.Box(-9, 9, (3,), np.float32)}),
+                             "t": gym.spaces.Tuple([gym.spaces.Discrete(2, start=1)])})
+    layout = layout_of(space)
+    obs = {"robot.pos": np.float32([1, 2]), "robot": {"pos": np.float32([3, 4, 5])}, "t": (2,)}
+    packed = layout.pack(obs)
+    assert sorted(packed.tolist()) == [0.0, 1.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert [part.key for part in layout.parts] == ["robot.pos", "robot.pos", "t.0"]  # for people, alike
+    by_path = {part.path: packed[part.offset:part.offset + part.size].tolist() for part in layout.parts}
+    assert by_path == {("robot.pos",): [1.0, 2.0], ("robot", "pos"): [3.0, 4.0, 5.0], ("t", 0): [0.0, 1.0]}
+
+
+def test_packing_a_wide_dict_reads_each_parts_size_a_bounded_number_of_times(monkeypatch):
+    """Issue 64 M2: each key's offset summed the sizes of all the keys before it, so a Dict of
+    10,000 keys took minutes to start. Counted, not timed: reads of Part.size per key."""
+    from hogwild_a3c.envs import observations
+
+    reads = [0]
+    original = observations.Part.size
+
+    def counted(self):
+        reads[0] += 1
+        return original.fget(self)
+
+    monkeypatch.setattr(observations.Part, "size", property(counted))
+    keys = 2000
+    space = gym.spaces.Dict({f"k{i}": gym.spaces.Box(0, 1, (1,), np.float32) for i in range(keys)})
+    layout = observations.layout_of(space)
+    assert [part.offset for part in layout.parts] == list(range(keys))
+    assert reads[0] <= 4 * keys, reads[0]

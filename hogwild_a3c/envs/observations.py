@@ -48,7 +48,7 @@ class Part:
     image, `channels_last` says how the env gives it, `scale` what multiplies it, and `grey_size`
     the side it is resized to (None: taken as it is)."""
 
-    key: str  # where it is in the observation: "" the whole, "image", "0", "a.b" nested
+    key: str  # where it is in the observation, for people: "" the whole, "image", "0", "a.b" nested
     kind: str
     shape: tuple[int, ...]
     offset: int
@@ -56,6 +56,9 @@ class Part:
     scale: float = 1.0
     grey_size: int | None = None
     start: int = 0  # a Discrete space's first value
+    # Where it is, for the code: the Dict keys and Tuple indices from the top, as data. Not `key`
+    # split on ".": a Dict key may hold "." itself ("robot.pos"), beside {"robot": {"pos": ...}}.
+    path: tuple[str | int, ...] = ()
 
     @property
     def size(self) -> int:
@@ -84,7 +87,7 @@ class ObsLayout:
         """The env's observation -> the float32 vector the model takes."""
         out = np.empty(self.size, dtype=np.float32)
         for part in self.parts:
-            out[part.offset:part.offset + part.size] = _packed(part, _find(obs, part.key) if self.nested else obs)
+            out[part.offset:part.offset + part.size] = _packed(part, _find(obs, part.path) if self.nested else obs)
         return out
 
     def describe(self) -> str:
@@ -93,9 +96,9 @@ class ObsLayout:
         return names + (f"; dropped {', '.join(self.dropped)}" if self.dropped else "")
 
 
-def _find(obs: Any, key: str) -> Any:
-    for name in key.split("."):
-        obs = obs[int(name)] if isinstance(obs, (tuple, list)) else obs[name]
+def _find(obs: Any, path: tuple[str | int, ...]) -> Any:
+    for name in path:
+        obs = obs[name]
     return obs
 
 
@@ -136,7 +139,7 @@ def _resize_matrices(shape: tuple[int, ...], size: int) -> tuple[np.ndarray, np.
     return found
 
 
-def _image_part(key: str, space: gym.spaces.Box, offset: int, image_size: int) -> Part:
+def _image_part(key: str, space: gym.spaces.Box, offset: int, image_size: int, path: tuple[str | int, ...]) -> Part:
     shape = tuple(int(n) for n in space.shape)
     last_is_channels = shape[2] <= MAX_CHANNELS
     if not last_is_channels and shape[0] > MAX_CHANNELS:
@@ -145,37 +148,41 @@ def _image_part(key: str, space: gym.spaces.Box, offset: int, image_size: int) -
     channels, height, width = (shape[2], shape[0], shape[1]) if last_is_channels else shape
     scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0
     if max(height, width) <= image_size:
-        return Part(key, "image", (channels, height, width), offset, last_is_channels, scale)
-    return Part(key, "image", (1, image_size, image_size), offset, last_is_channels, scale, grey_size=image_size)
+        return Part(key, "image", (channels, height, width), offset, last_is_channels, scale, path=path)
+    return Part(key, "image", (1, image_size, image_size), offset, last_is_channels, scale, grey_size=image_size,
+                path=path)
 
 
-def _parts(key: str, space: gym.Space, offset: int, image_size: int) -> tuple[list[Part], list[str]]:
-    """The parts of `space` from `offset`, and what was dropped; raises for a space no part takes."""
+def _parts(path: tuple[str | int, ...], space: gym.Space, offset: int, image_size: int
+           ) -> tuple[list[Part], list[str]]:
+    """The parts of `space` (at `path` in the observation) from `offset`, and what was dropped;
+    raises for a space no part takes. Linear in the number of parts: each Dict's offsets run on."""
+    key = ".".join(map(str, path))
     if isinstance(space, gym.spaces.Dict) or isinstance(space, gym.spaces.Tuple):
         items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space.spaces)
         parts: list[Part] = []
         dropped: list[str] = []
         for name, inner in items:
-            inner_key = f"{key}.{name}" if key else str(name)
             try:
-                found, inner_dropped = _parts(inner_key, inner, offset + sum(p.size for p in parts), image_size)
+                found, inner_dropped = _parts((*path, name), inner, offset, image_size)
             except ObservationError:
                 if isinstance(inner, (gym.spaces.Box, gym.spaces.Dict, gym.spaces.Tuple)):
                     raise  # an array of a shape no encoder takes: say so, do not train without it
-                found, inner_dropped = [], [f"{inner_key} ({type(inner).__name__})"]
+                found, inner_dropped = [], [f"{'.'.join(map(str, (*path, name)))} ({type(inner).__name__})"]
+            offset += sum(part.size for part in found)
             parts += found
             dropped += inner_dropped
         return parts, dropped
     if isinstance(space, gym.spaces.Discrete):
-        return [Part(key, "onehot", (int(space.n),), offset, start=int(space.start))], []
+        return [Part(key, "onehot", (int(space.n),), offset, start=int(space.start), path=path)], []
     if isinstance(space, gym.spaces.MultiBinary):
-        return [Part(key, "vector", (int(np.prod(space.shape)),), offset)], []
+        return [Part(key, "vector", (int(np.prod(space.shape)),), offset, path=path)], []
     if isinstance(space, gym.spaces.Box):
         rank = len(space.shape)
         if rank in (1, 2):
-            return [Part(key, "vector", (int(np.prod(space.shape)),), offset)], []
+            return [Part(key, "vector", (int(np.prod(space.shape)),), offset, path=path)], []
         if rank == 3:
-            return [_image_part(key, space, offset, image_size)], []
+            return [_image_part(key, space, offset, image_size, path)], []
         raise ObservationError(f"{key or 'the observation'}: a Box of rank {rank} (shape {space.shape})")
     raise ObservationError(f"{key or 'the observation'}: a {type(space).__name__} space")
 
@@ -191,7 +198,7 @@ def layout_of(space: gym.Space, image_size: int = FRAME_SIZE) -> ObsLayout | Non
     if is_native(space):
         return None
     try:
-        parts, dropped = _parts("", space, 0, image_size)
+        parts, dropped = _parts((), space, 0, image_size)
     except ObservationError as exc:
         raise ObservationError(f"observation space {space}: {exc} is not supported; supported: {SUPPORTED}") from None
     if not parts:
