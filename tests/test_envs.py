@@ -65,3 +65,15 @@ def test_an_env_without_an_observation_space_is_not_blamed_on_env_kwargs():
     line = str(caught.value)
     assert line.startswith("--env 'tests.envs:NoObservationSpace-v0': making the env raised TypeError: observation "
                            "space does not inherit from") and "--env-kwargs" not in line and "\n" not in line
+
+
+def test_making_an_atari_env_prints_no_ale_banner():
+    """Each child made its env and printed ALE's two-line banner through the progress bar."""
+    import subprocess
+    import sys
+
+    made = subprocess.run([sys.executable, "-c", "from hogwild_a3c.envs.make import make_env; "
+                           "make_env('ALE/Pong-v5').reset(seed=0); print('made')"],
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0 and made.stdout.strip() == "made", made.stderr
+    assert "A.L.E" not in made.stdout + made.stderr and "Stella" not in made.stdout + made.stderr

@@ -90,6 +90,21 @@ def test_a_run_whose_updates_are_all_skipped_fails_with_a_reason(tmp_path):
     assert last_progress(run_dir)["skipped_updates"] >= 20
 
 
+def test_a_short_run_that_applied_no_update_does_not_end_ok(tmp_path):
+    """Issue 64 L5: fewer skips than --max-skipped-updates, the budget reached, 0 updates applied:
+    it ended "max_steps", exit 0."""
+    run_dir = tmp_path / "run"
+    code = train.main([
+        "--env", "tests.envs:Faulty-v0", "--env-kwargs", "fault='nan_obs'", "fail_at=1",
+        "--num-workers", "0", "--max-steps", "300", "--eval-episodes", "0", "--lstm-size", "8",
+        "--no-progress", "--run-dir", str(run_dir),
+    ])
+    assert code == 1
+    ended = last_session(run_dir)["ended"]
+    assert ended.startswith("failed: no update was applied: all ") and "skipped" in ended
+    assert last_progress(run_dir)["updates"] == 0
+
+
 # -- a full disk -------------------------------------------------------------------------------
 
 @pytest.fixture

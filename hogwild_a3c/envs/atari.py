@@ -223,9 +223,12 @@ class AtariFrame:
 
 
 def register_atari() -> None:
-    """ALE ids must be registered in every process: spawned children do not inherit it."""
+    """ALE ids must be registered in every process: spawned children do not inherit it. ALE's
+    banner (its version, "Powered by Stella") is left out: each child would print it through the
+    progress bar; its errors still show."""
     import ale_py
 
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
     gym.register_envs(ale_py)
 
 

@@ -218,7 +218,8 @@ class RunLoop:
             rules.stop("stopped")
         steps: list[Callable[[], None]] = [
             lambda: self.children.stop(lambda: rules.fast), lambda: self.handle(self.children.events()),
-            self.files.check_run_dir, self.write_progress, self._final_checkpoint,
+            lambda: rules.check_some_update(self.shared.worker_stats), self.files.check_run_dir, self.write_progress,
+            self._final_checkpoint,
             lambda: recorder.end_session(rules.reason or "stopped", rules.exit_code, self.shared.global_step(),
                                          self.clock.time_s()),
             recorder.close]

@@ -110,6 +110,16 @@ class StopRules:
         self.fail("the shared weights became non-finite (NaN or inf); the run stops instead of training on garbage")
         return False
 
+    def check_some_update(self, worker_stats: torch.Tensor) -> None:
+        """At the end: a session that reached its budget having skipped every update it tried
+        learned nothing, however short it was (fewer skips than --max-skipped-updates), so it
+        does not end "ok"."""
+        applied = int(worker_stats[:, STAT["updates"]].sum())
+        skipped = int(worker_stats[:, STAT["skipped_updates"]].sum())
+        if applied == 0 and skipped > 0 and self.exit_code == EXIT_OK and not self.signals_seen:
+            self.fail(f"no update was applied: all {skipped} updates of this session were skipped (non-finite loss or "
+                      "gradient: NaN or inf in observations or rewards?)")
+
     def check_learning(self, worker_stats: torch.Tensor) -> None:
         """A run whose updates are all skipped learns nothing: say so instead of 'succeeding'."""
         in_a_row = worker_stats[:, STAT["skipped_in_a_row"]]
