@@ -127,3 +127,11 @@ def test_the_supervisors_events_reach_the_log_the_errors_and_the_stop_rules(tmp_
     log, errors = (tmp_path / "train.log").read_text(), (tmp_path / "errors.log").read_text()
     assert "restarting it (1/1)" in log and "worker 1 stalled" in errors and "restarting" not in errors
     assert json.loads((tmp_path / "meta.json").read_text())["sessions"][-1]["pids"] == {"worker 0": 123}
+
+
+def test_the_bar_shows_the_training_return_from_the_first_episode_and_a_time_budget():
+    from hogwild_a3c.run.run_loop import bar_postfix
+
+    assert bar_postfix([], None, 3.0, None) == {}
+    assert bar_postfix([-21.0, -19.0], None, 30.0, None) == {"return": "-20.0"}
+    assert bar_postfix([1.0], 2.5, 90.0, 600.0) == {"return": "1.0", "eval": "2.5", "min": "1.5/10.0"}

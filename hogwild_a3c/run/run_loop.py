@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,24 @@ class Periodic:
             self.callback()
 
 
+RECENT_EPISODES = 20
+
+
+def bar_postfix(recent_returns: Sequence[float], latest_eval: float | None, time_s: float,
+                max_seconds: float | None) -> dict[str, str]:
+    """What the progress bar shows beside steps and steps/s: the mean return of the last training
+    episodes from the first one on (as SB3, Sample Factory and rl_games show), the last evaluation's
+    mean once there is one, and the minutes against a time budget (a step budget is the bar's total)."""
+    shown = {}
+    if recent_returns:
+        shown["return"] = f"{float(np.mean(recent_returns)):.1f}"
+    if latest_eval is not None:
+        shown["eval"] = f"{latest_eval:.1f}"
+    if max_seconds is not None:
+        shown["min"] = f"{time_s / 60:.1f}/{max_seconds / 60:.1f}"
+    return shown
+
+
 class Clock:
     """Run time in seconds, continued across resumes."""
 
@@ -92,6 +111,7 @@ class RunLoop:
         self.base_counters = {name: int((before.counters or {}).get(name, 0)) for name in COUNTERS}
         self.best = before.best_eval_return
         self.latest_eval: float | None = None
+        self.recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)  # the bar's training return
         self.rate = 0.0
         self.rate_from = (time.monotonic(), shared.global_step())
         self.cpu_share = CpuShare()
@@ -120,6 +140,7 @@ class RunLoop:
             self.callbacks.call(method, event)
 
     def _episode_row(self, message: EpisodeEnded) -> dict[str, Any]:
+        self.recent_returns.append(message.episode_return)
         return {"time_s": self.clock.time_s(message.wall_time), "global_step": message.global_step,
                 "worker": message.rank, "episode_return": message.episode_return, "episode_length": message.length}
 
@@ -174,8 +195,9 @@ class RunLoop:
         if self.bar is None:
             return
         self.bar.n = self.shared.global_step()  # tqdm shows the rate itself (step/s)
-        if self.latest_eval is not None:
-            self.bar.set_postfix({"eval": f"{self.latest_eval:.1f}"}, refresh=False)
+        self.bar.set_postfix(bar_postfix(self.recent_returns, self.latest_eval, self.clock.time_s(),
+                                         None if self.cfg.max_steps is not None else self.cfg.max_seconds),
+                             refresh=False)
         self.bar.refresh()
 
     # -- the session ----------------------------------------------------------------------------
