@@ -141,3 +141,50 @@ def test_numpys_false_stops_the_run_as_false_does(tmp_path):
                                callbacks=[NumpyFalse()])
     assert result.ended == "callback" and result.exit_code == 0
     assert "stopping: callback NumpyFalse.on_progress returned False" in (tmp_path / "run" / "train.log").read_text()
+
+
+BLOCKING_SCRIPT = """
+import pathlib, sys, time
+import hogwild_a3c
+
+class Blocks(hogwild_a3c.Callback):
+    def on_progress(self, row):
+        pathlib.Path(sys.argv[2]).write_text("in")
+        time.sleep(600)
+
+    def on_end(self, result):
+        pathlib.Path(sys.argv[2]).write_text("on_end called")
+
+if __name__ == "__main__":
+    result = hogwild_a3c.train(env="CartPole-v1", lstm_size=16, num_workers=1, eval_episodes=0, progress=False,
+                               progress_interval=0.5, run_dir=sys.argv[1], callbacks=[Blocks()])
+    sys.exit(result.exit_code)
+"""
+
+
+@pytest.mark.timeout(150)
+def test_a_second_ctrl_c_stops_a_run_whose_callback_blocks_saved(tmp_path):
+    """Issue 64 M1: a callback that sleeps kept Ctrl-C, a second Ctrl-C and SIGTERM from saving
+    anything; only kill -9 ended the run, with no checkpoint and meta.json 'running'."""
+    import signal
+    import subprocess
+    import sys
+
+    from hogwild_a3c.files.checkpoint import load_checkpoint
+    from tests.helpers import REPO, finish, last_session, wait_for
+
+    script, marker, run_dir = tmp_path / "blocking.py", tmp_path / "marker", tmp_path / "run"
+    script.write_text(BLOCKING_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(run_dir), str(marker)], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for(lambda: marker.exists(), timeout=90, what="the callback to block", proc=proc)
+    proc.send_signal(signal.SIGINT)
+    wait_for(lambda: "SIGINT received" in (run_dir / "train.log").read_text(), timeout=30, what="the first Ctrl-C",
+             proc=proc)
+    proc.send_signal(signal.SIGINT)
+    code, out = finish(proc, timeout=60)
+    assert code == 130, out
+    assert last_session(run_dir)["ended"] == "interrupted (SIGINT)"
+    assert load_checkpoint(run_dir / "checkpoints" / "latest.pt")["global_step"] > 0
+    assert "callback Blocks.on_progress was cut short by a second signal" in (run_dir / "errors.log").read_text()
+    assert marker.read_text() == "in"  # on_end was not called after the cut: it might block again

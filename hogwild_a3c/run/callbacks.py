@@ -12,6 +12,11 @@ A method that returns False stops the run cleanly: saved, exit 0, `ended == "cal
 meta.json and in the TrainResult. One that raises stops it the same way, with one line naming
 the callback and its error (in train.log and errors.log): a user's bug never loses a run. After
 a callback asked to stop, only `on_end` is called (the shutdown's last row and save are not news).
+
+A callback runs in the main process, between the steps that supervise the children and write the
+run's files, which wait for it: keep it to well under a second. One that blocks cannot hold a run
+hostage: a second Ctrl-C (or SIGTERM) cuts it short, the run stops saved, and no callback is called
+again in that session, `on_end` included.
 """
 from __future__ import annotations
 
@@ -68,6 +73,10 @@ def check_callbacks(callbacks: Any) -> list[Any]:
     return list(callbacks)
 
 
+class CutShort(BaseException):
+    """Raised into a callback that was running when the run was told to stop twice."""
+
+
 class Callbacks:
     """Calls every callback's method for an event. The first False or exception asks the run to
     stop (`stop`, with the line that says why); `failed` records a raising callback's line."""
@@ -77,23 +86,46 @@ class Callbacks:
         self._stop = stop
         self._failed = failed
         self.stopped_by: str | None = None
+        self.running: str | None = None  # the callback being called now, for `cut_short`
+        self.cut: str | None = None  # the callback cut short; none is called after it
+
+    def cut_short(self) -> None:
+        """From a signal handler, the run told to stop a second time: end the callback that is
+        running now (one that sleeps or waits would otherwise keep the run from saving)."""
+        if self.running is not None:
+            raise CutShort(self.running)
 
     def call(self, method: str, argument: Any) -> None:
-        if self.stopped_by is not None and method != "on_end":  # it asked to stop: the shutdown's rows are not news
-            return
+        if self.cut is not None or (self.stopped_by is not None and method != "on_end"):
+            return  # cut short: never again; asked to stop: the shutdown's rows are not news
+        try:
+            self._call_each(method, argument)
+        except CutShort as cut:  # also when the signal came just after the callback returned
+            self.running, self.cut = None, str(cut)
+            line = f"callback {self.cut} was cut short by a second signal; no callback is called again"
+            self._failed(line)
+            self._ask_stop(line)
+
+    def _call_each(self, method: str, argument: Any) -> None:
         for callback in self.callbacks:
             function = getattr(callback, method, None)
             if not callable(function):
                 continue
             name = f"{type(callback).__name__}.{method}"
             try:
+                self.running = name
                 answer = function(argument)
+                self.running = None
+            except CutShort:
+                raise
             except (SystemExit, KeyboardInterrupt) as exc:
                 # `sys.exit()` in a callback is a common way to say "stop": the run stops saved, as for
                 # False. Let through, either would cut the shutdown short and lose the session.
+                self.running = None
                 self._ask_stop(f"callback {name} raised {type(exc).__name__}")
                 continue
             except BaseException as exc:  # noqa: BLE001 - a user's bug stops the run saved, in one line
+                self.running = None
                 text = (str(exc).strip().splitlines() or [""])[0][:200]
                 line = f"callback {name} raised {type(exc).__name__}" + (f": {text}" if text else "")
                 self._failed(line)

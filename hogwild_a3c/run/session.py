@@ -128,7 +128,7 @@ class Session:
         recorder.log(acting_line)
         recorder.log(precision_line)
         self._say_what_was_found(recorder, dead_sessions)
-        previous = _catch_signals(rules, recorder)
+        previous = _catch_signals(rules, recorder, callbacks)
         try:
             callbacks.call("on_start", {"run_dir": run_dir, "config": cfg, "session": session,
                                         "global_step": shared.global_step()})
@@ -162,13 +162,18 @@ class Session:
             recorder.log(f"left {path}: its writer is still running, or it could not be removed")
 
 
-def _catch_signals(rules: StopRules, recorder: Recorder) -> dict[int, Any]:
-    """Ctrl-C and SIGTERM stop the run saved; the handlers they replace, to put back at the end.
+def _catch_signals(rules: StopRules, recorder: Recorder, callbacks: Callbacks) -> dict[int, Any]:
+    """Ctrl-C and SIGTERM stop the run saved; the second one also cuts short a callback that keeps
+    the main process waiting. The handlers they replace, to put back at the end.
     Python delivers signals to the main thread only, so a run started from another thread (the
     API from a GUI's or a server's thread) cannot catch them: it trains without, and says so."""
     if threading.current_thread() is not threading.main_thread():
         recorder.log("this run was started outside the main thread, where Python cannot catch Ctrl-C or SIGTERM: "
                      "it ends at its budget or target, or when its process is stopped (then --resume continues it)")
         return {}
-    return {sig: signal.signal(sig, lambda signum, _frame: rules.on_signal(signum))
-            for sig in (signal.SIGINT, signal.SIGTERM)}
+    def on_signal(signum: int, _frame: Any) -> None:
+        rules.on_signal(signum)
+        if rules.fast:
+            callbacks.cut_short()
+
+    return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
