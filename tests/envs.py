@@ -85,6 +85,9 @@ class ImageEnv(CountingEnv):
         super().__init__()
         self.observation_space = gym.spaces.Box(0, 255, (64, 64, 3), np.uint8)
 
+    def _obs(self):
+        return np.full((64, 64, 3), self.t * 20 % 256, np.uint8)
+
 
 def scaled_cartpole(scale: float = 100.0) -> gym.Env:
     """CartPole-v1 whose every reward is multiplied by `scale`: a user's env with another reward scale."""
@@ -365,3 +368,59 @@ class ImageBoxEnv(CountingEnv):
 
 if "ImageBox-v0" not in gym.registry:
     gym.register("ImageBox-v0", entry_point=f"{__name__}:ImageBoxEnv")
+
+
+class ResetReturnsTextEnv(CountingEnv):
+    """Breaks the contract at reset: a string, not (observation, info)."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "ready"
+
+
+class GrowingObservationEnv(CountingEnv):
+    """Declares observations of shape (2,) and steps into ones of shape (3,)."""
+
+    def step(self, action):
+        _, reward, terminated, truncated, info = super().step(action)
+        return np.zeros(3, np.float32), reward, terminated, truncated, info
+
+
+class MissingKeyEnv(CountingEnv):
+    """Declares a Dict of "position" and "speed" and gives "position" only."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Dict({"position": gym.spaces.Box(-1, 1, (2,), np.float32),
+                                                  "speed": gym.spaces.Box(-1, 1, (1,), np.float32)})
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {"position": np.zeros(2, np.float32)}, {}
+
+
+class DiscreteOutOfRangeEnv(CountingEnv):
+    """Declares a Discrete(3) observation and gives 7."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Discrete(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return 7, {}
+
+
+class EmptyBoxEnv(CountingEnv):
+    """An observation space that holds no numbers: a Box of shape (0,)."""
+
+    def __init__(self):
+        super().__init__()
+        self.observation_space = gym.spaces.Box(-1, 1, (0,), np.float32)
+
+
+for _name, _cls in [("ResetReturnsText-v0", ResetReturnsTextEnv), ("GrowingObservation-v0", GrowingObservationEnv),
+                    ("MissingKey-v0", MissingKeyEnv), ("DiscreteOutOfRange-v0", DiscreteOutOfRangeEnv),
+                    ("EmptyBox-v0", EmptyBoxEnv)]:
+    if _name not in gym.registry:
+        gym.register(_name, entry_point=f"{__name__}:{_cls.__name__}")

@@ -64,7 +64,7 @@ def test_serial_run_is_exactly_repeatable(tmp_path):
 
 BAD_INPUTS = [
     (["--env", "NoSuchEnv-v0"], "--env 'NoSuchEnv-v0'"),
-    (["--env", "Pendulum-v1"], "is not one this trainer samples from; it takes Categorical (Discrete)"),
+    (["--env", "tests.envs:DictAction-v0"], "is not one this trainer samples from; it takes Categorical (Discrete)"),
     (["--env", "tests.envs:RankFour-v0"], "a Box of rank 4 (shape (2, 8, 8, 3)) is not supported; supported: a Box"),
     (["--env", "tests.envs:TextOnly-v0"], "nothing in it is an array or a discrete value (dropped: mission (Text))"),
     (["--env", "tests.envs:Image-v0", "--image-size", "4"], "--image-size must be an integer from 8 to 256 (got 4)"),

@@ -40,6 +40,7 @@ from .atari import (
     is_atari,
     register_atari,
 )
+from .contract import contract_problem
 from .observations import FlatObservation, ObservationError, ObsLayout, layout_of
 
 # What other modules and the benchmarks import from here: the Atari pieces live in atari.py.
@@ -371,6 +372,9 @@ def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: s
         except UnsupportedActions as exc:
             raise EnvSpecError(f"--env '{env_id}': {exc}") from None
         packed = env.get_wrapper_attr("layout") if _has_layout(env) else None
+        broken = contract_problem(env, distribution)
+        if broken:
+            raise EnvSpecError(f"--env '{env_id}': {broken}")
         return EnvInfo(obs_shape=tuple(env.observation_space.shape or ()), distribution=distribution, layout=packed)
     finally:
         env.close()

@@ -40,6 +40,10 @@ SUPPORTED = ("a Box of rank 1-3 (a vector, or an image HWC or CHW), Discrete, Mu
              "of those")
 
 
+class ObservationMismatch(ValueError):
+    """An env returned an observation that its declared space does not describe."""
+
+
 @dataclass(frozen=True)
 class Part:
     """One piece of the packed vector: `size` floats from `offset`.
@@ -225,4 +229,9 @@ class FlatObservation(gym.ObservationWrapper):
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (layout.size,), np.float32)
 
     def observation(self, observation: Any) -> np.ndarray:
-        return self.layout.pack(observation)
+        try:
+            return self.layout.pack(observation)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            text = (str(exc).strip().splitlines() or [""])[0][:200]
+            raise ObservationMismatch(f"an observation its declared space does not describe ({type(exc).__name__}: "
+                                      f"{text})") from exc

@@ -16,7 +16,7 @@ a callback asked to stop, only `on_end` is called (the shutdown's last row and s
 A callback runs in the main process, between the steps that supervise the children and write the
 run's files, which wait for it: keep it to well under a second. One that blocks cannot hold a run
 hostage: a second Ctrl-C (or SIGTERM) cuts it short, the run stops saved, and no callback is called
-again in that session, `on_end` included.
+again but `on_end`, once everything is saved (where Ctrl-C ends it as any Python code).
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ class Callbacks:
             self._call_each(method, argument)
         except CutShort as cut:  # also when the signal came just after the callback returned
             self.running, self.cut = None, str(cut)
-            line = f"callback {self.cut} was cut short by a second signal; no callback is called again"
+            line = f"callback {self.cut} was cut short by a second signal; no callback is called again but on_end"
             self._failed(line)
             self._ask_stop(line)
 

@@ -38,11 +38,21 @@ def env_preset_name(env_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", env_id.partition(":")[2] or env_id)
 
 
+_PICKED: dict[str, tuple[str, str]] = {}  # by env id and kwargs: the env is made once a process, not per question
+
+
 def auto_preset(env_id: str, env_kwargs: Any = None) -> tuple[str, str]:
     """The preset `--preset auto` picks for an env, and why (for train.log): the env's own preset
     if there is one; else by the env's family: `atari` for Atari frames, `continuous` for Box
     actions, `grid` for an observation holding a small grid image (MiniGrid's), `vector` for the
     rest. Only the spaces are read (the env is made and closed)."""
+    key = repr((env_id, env_kwargs))
+    if key not in _PICKED:
+        _PICKED[key] = _pick(env_id, env_kwargs)
+    return _PICKED[key]
+
+
+def _pick(env_id: str, env_kwargs: Any) -> tuple[str, str]:
     own = env_preset_name(env_id)
     if (PRESET_DIR / f"{own}.json").is_file():
         return own, "the env's own preset file"
