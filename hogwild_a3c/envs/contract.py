@@ -28,6 +28,7 @@ def contract_problem(env: gym.Env, distribution: ActionDistribution) -> str | No
     declared = tuple(env.observation_space.shape or ())
     if int(np.prod(declared)) == 0:
         return f"its observation space {shown(env.observation_space)} holds no numbers"
+    result: Any
     try:
         result = env.reset(seed=0)
     except (AssertionError, ObservationMismatch) as exc:
