@@ -181,3 +181,28 @@ def mount_tmpfs(folder, size: str, skip_reason: str):
         pytest.skip(skip_reason)
     yield folder
     subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def acts_and_learns_in_a_worker(cfg, info, rollouts=2):
+    """The model of `cfg` for the env `info` describes passes the start-up trial, and a worker in this
+    process acts `rollouts` full rollouts and moves the shared weights."""
+    import torch
+
+    from hogwild_a3c.children.reports import InProcessReports
+    from hogwild_a3c.children.shared import HogwildLink, SharedState
+    from hogwild_a3c.children.worker import Worker
+    from hogwild_a3c.learning.learner import trial_update_problem
+    from hogwild_a3c.learning.model import model_for_env
+    from hogwild_a3c.learning.optim import LrSchedule
+
+    assert trial_update_problem(model_for_env(info, cfg), cfg) is None
+    torch.manual_seed(0)
+    shared = SharedState.create(model_for_env(info, cfg), 1, cfg.optimizer, LrSchedule(cfg.lr))
+    worker = Worker(0, cfg, info, HogwildLink(shared, 0, InProcessReports()), seed=1)
+    before = [p.detach().clone() for p in shared.model.parameters()]
+    try:
+        for _ in range(rollouts):
+            assert worker.run_rollout() == cfg.rollout_steps * cfg.envs_per_worker
+    finally:
+        worker.close()
+    assert any(not torch.equal(a, b) for a, b in zip(before, shared.model.parameters()))

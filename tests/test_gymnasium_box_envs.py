@@ -2,17 +2,11 @@
 and acted and learned on by a worker: MuJoCo's HalfCheetah (vectors) and Box2D's CarRacing (96x96
 RGB frames), with continuous actions and with its discrete ones (which once crashed every worker)."""
 import pytest
-import torch
 
-from hogwild_a3c.children.reports import InProcessReports
-from hogwild_a3c.children.shared import HogwildLink, SharedState
-from hogwild_a3c.children.worker import Worker
 from hogwild_a3c.envs.make import describe_env, env_options
 from hogwild_a3c.files.rundir import resolve_new
 from hogwild_a3c.learning.distributions import Categorical, Gaussian
-from hogwild_a3c.learning.learner import trial_update_problem
-from hogwild_a3c.learning.model import model_for_env
-from hogwild_a3c.learning.optim import LrSchedule
+from tests.helpers import acts_and_learns_in_a_worker
 
 
 @pytest.mark.parametrize("env, env_kwargs, preset, kind", [
@@ -27,13 +21,5 @@ def test_a_gymnasium_env_acts_and_learns_under_the_auto_preset(tmp_path, monkeyp
     assert cfg.preset == preset
     info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
     assert isinstance(info.distribution, kind)
-    assert trial_update_problem(model_for_env(info, cfg), cfg) is None
-    torch.manual_seed(0)
-    shared = SharedState.create(model_for_env(info, cfg), 1, cfg.optimizer, LrSchedule(cfg.lr))
-    worker = Worker(0, cfg, info, HogwildLink(shared, 0, InProcessReports()), seed=1)
-    before = [p.detach().clone() for p in shared.model.parameters()]
-    for _ in range(2):
-        assert worker.run_rollout() == 10
-    worker.close()
-    assert any(not torch.equal(a, b) for a, b in zip(before, shared.model.parameters()))
+    acts_and_learns_in_a_worker(cfg, info)
     assert list(tmp_path.iterdir()) == []

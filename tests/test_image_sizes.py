@@ -6,14 +6,9 @@ import pytest
 import torch
 
 import tests.envs  # noqa: F401 - registers the test envs
-from hogwild_a3c.children.reports import InProcessReports
-from hogwild_a3c.children.shared import HogwildLink, SharedState
-from hogwild_a3c.children.worker import Worker
 from hogwild_a3c.files.rundir import resolve_new
-from hogwild_a3c.learning.learner import trial_update_problem
-from hogwild_a3c.learning.model import model_for_env
-from hogwild_a3c.learning.optim import LrSchedule
 from hogwild_a3c.run.prepare import ConfigError
+from tests.helpers import acts_and_learns_in_a_worker
 
 ENVS = {"hwc": "tests.envs:CueImage-v0", "chw": "tests.envs:CueImageCHW-v0", "dict": "tests.envs:CueDict-v0"}
 
@@ -29,14 +24,7 @@ def test_an_image_of_any_size_acts_and_learns_under_the_auto_preset(form, size):
 
     cfg = resolved(form, size)
     info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
-    assert trial_update_problem(model_for_env(info, cfg), cfg) is None
-    torch.manual_seed(0)
-    shared = SharedState.create(model_for_env(info, cfg), 1, cfg.optimizer, LrSchedule(cfg.lr))
-    worker = Worker(0, cfg, info, HogwildLink(shared, 0, InProcessReports()), seed=1)
-    before = [p.detach().clone() for p in shared.model.parameters()]
-    for _ in range(2):
-        assert worker.run_rollout() == cfg.rollout_steps * cfg.envs_per_worker
-    assert any(not torch.equal(a, b) for a, b in zip(before, shared.model.parameters()))
+    acts_and_learns_in_a_worker(cfg, info)
 
 
 def test_a_model_that_cannot_learn_on_the_envs_observations_is_one_line_before_any_child(monkeypatch, tmp_path):
