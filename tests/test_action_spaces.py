@@ -4,6 +4,7 @@ Gaussian head whose log-std is a free parameter; the preset --preset auto picks,
 action spaces no distribution takes refused in one line before anything is written."""
 import json
 
+import gymnasium as gym
 import numpy as np
 import pandas as pd
 import pytest
@@ -125,3 +126,35 @@ def test_the_evaluator_plays_a_gaussian_policy_at_its_mean_and_a_categorical_one
     # Each env shows the targets its seed draws, and the mean action is the same whatever the generator.
     assert returns("tests.envs:TargetBox-v0", 1) == returns("tests.envs:TargetBox-v0", 2)
     assert returns("CartPole-v1", 1) != returns("CartPole-v1", 2)
+
+
+@pytest.mark.parametrize("space", [
+    gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+    gym.spaces.MultiDiscrete([3, 4]),
+    gym.spaces.MultiBinary(5),
+], ids=["Box", "MultiDiscrete", "MultiBinary"])
+def test_onnx_runtime_acts_for_an_image_model_of_every_new_kind(space):
+    from hogwild_a3c.acting.onnx_backend import trial_difference
+    from hogwild_a3c.learning.distributions import distribution_for
+    from hogwild_a3c.learning.model import build_model
+
+    torch.manual_seed(0)
+    model = build_model((3, 24, 24), distribution_for(space), Config(lstm_size=16, normalize_obs=True))
+    assert resolve("auto", model)[0] == "onnxruntime"
+    assert trial_difference(model, batch=4) <= 1e-5
+
+
+def test_a_multi_discrete_policy_acts_and_evaluates_with_the_envs_own_actions(tmp_path, capsys):
+    from hogwild_a3c import evaluate
+
+    run_dir = tmp_path / "run"
+    assert train.main(["--env", "tests.envs:TargetParts-v0", "--num-workers", "0", "--max-steps", "2000",
+                       "--eval-episodes", "0", "--no-progress", "--run-dir", str(run_dir)]) == 0
+    policy = load_policy(run_dir, env="tests.envs:TargetParts-v0")  # a checkpoint imports no code by itself
+    env = policy.make_env()
+    obs, _ = env.reset(seed=0)
+    action, _ = policy.act(obs, policy.initial_state(), greedy=True)
+    assert env.action_space.contains(action) and action.shape == (2,)
+    capsys.readouterr()
+    assert evaluate.main([str(run_dir), "--episodes", "2", "--env", "tests.envs:TargetParts-v0"]) == 0
+    assert "mean return over 2 episodes" in capsys.readouterr().out
