@@ -247,12 +247,9 @@ class Gaussian:
 
     def sample(self, params: torch.Tensor, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         mean, log_std = (part.detach().numpy().astype(np.float64) for part in self.split(params))
-        noise = rng.standard_normal(mean.shape)
-        actions = (mean + np.exp(log_std) * noise).astype(np.float32)
-        # Of the float32 actions as stored: the learner scores exactly what the rollout holds.
-        scaled = (actions - mean) * np.exp(-log_std)
-        log_probs = -0.5 * (scaled**2).sum(-1) - log_std.sum(-1) - 0.5 * self.dims * LOG_2PI
-        return actions, log_probs.astype(np.float32)
+        actions = (mean + np.exp(log_std) * rng.standard_normal(mean.shape)).astype(np.float32)
+        # Scored by the learner's own formula, of the float32 actions as stored.
+        return actions, self.log_prob(params.detach(), torch.from_numpy(actions)).numpy().astype(np.float32)
 
     def mode(self, params: torch.Tensor) -> np.ndarray:
         return self.split(params)[0].detach().numpy().astype(np.float32)
@@ -398,11 +395,9 @@ class Bernoulli:
         return nn.Linear(in_features, self.param_size)
 
     def sample(self, params: torch.Tensor, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        logits = params.detach().numpy().astype(np.float64)
-        ones = rng.random(logits.shape) < 1.0 / (1.0 + np.exp(-logits))
-        # log sigmoid(+-logit), written to stay finite for any logit
-        log_probs = -np.logaddexp(0.0, np.where(ones, -logits, logits)).sum(-1)
-        return ones.astype(np.int8), log_probs.astype(np.float32)
+        ones = rng.random(params.shape) < torch.sigmoid(params.detach()).numpy().astype(np.float64)
+        actions = ones.astype(np.int8)
+        return actions, self.log_prob(params.detach(), torch.from_numpy(actions)).numpy().astype(np.float32)
 
     def mode(self, params: torch.Tensor) -> np.ndarray:
         return (params > 0).detach().numpy().astype(np.int8)
