@@ -281,11 +281,11 @@ def rl_games_reading(log: Path, window: int) -> Reading:
 
 
 def rl_games_race(config: str, out: Path, name: str, seed: int, window: int, sticky: float, budget_s: float,
-                  target: float | None) -> dict:
+                  target: float | None, changes: str = "") -> dict:
     python = peer_python("rl_games")
     log = out / f"rl-games-{name}.log"
     command = [python, "-u", str(PEERS / "rl_games" / "train_rlg.py"), config, str(out / "rl-games"), name, str(seed),
-               str(window), str(sticky)]
+               str(window), str(sticky), changes]
     return race(command, PEERS / "rl_games", log, budget_s, functools.partial(rl_games_reading, log, window), target)
 
 
@@ -474,9 +474,63 @@ def atari_30_min_part(args) -> str:
     return text
 
 
+# What the per-step lead of rl_games' PPO is made of: its sample reuse (4 passes over each batch in
+# minibatches) against one pass, the rest of its recipe (84x84 x 4 frames, Nature CNN) untouched.
+REUSE_ARMS = {"its default (4 mini-epochs)": "", "1 mini-epoch (no reuse)": "mini_epochs=1"}
+REUSE_GAMES = {"pong": ("ppo_pong_envpool.yaml", 0.0, LAST_EPISODES),
+               "spaceinvaders": ("ppo_invaders_envpool.yaml", 0.25, WINDOW_30_MIN)}
+REUSE_MILESTONES = (100_000, 200_000, 300_000, 400_000, 500_000, 750_000, 1_000_000)
+
+
+def mean_at_milestones(log: Path) -> dict[int, float | None]:
+    """Its training mean (the last RACE line) at the first epoch past each milestone of agent steps."""
+    lines = RLG_RACE.findall(log.read_text(errors="replace")) if log.exists() else []
+    found: dict[int, float | None] = {}
+    for milestone in REUSE_MILESTONES:
+        past = [float(mean) for mean, _games, steps in lines if int(steps) >= milestone]
+        found[milestone] = past[0] if past else None
+    return found
+
+
+def reuse_part(args) -> str:
+    out = RUNS / "peers" / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True)
+    rows = []
+    for game in args.reuse_games:
+        config, sticky, window = REUSE_GAMES[game]
+        for seed in args.seeds:
+            for arm, changes in REUSE_ARMS.items():
+                name = f"{game}-{'default' if not changes else changes.replace('=', '')}-s{seed}"
+                result = rl_games_race(config, out, name, seed, window, sticky, args.budget_minutes * 60, None,
+                                       changes)
+                at = mean_at_milestones(out / f"rl-games-{name}.log")
+                rows.append({"game": game, "arm": arm, "seed": seed, **result, "at": at})
+                print(rows[-1], flush=True)
+    reached = [m for m in REUSE_MILESTONES if any(row["at"][m] is not None for row in rows)]
+    table = [{"game": row["game"], "rl_games arm": row["arm"], "seed": row["seed"],
+              **{f"mean at {m // 1000}k steps": "-" if row["at"][m] is None else f"{row['at'][m]:.1f}"
+                 for m in reached},
+              "agent steps/s": f"{row['steps_per_s']:,.0f}", "agent steps": f"{row['steps_at_stop']:,}"}
+             for row in rows]
+    text = header("Where rl_games' per-step lead comes from: its sample reuse ablated", make_command(), {
+        "measure": "the mean of its last whole games (Pong 20, SpaceInvaders 100; EnvPool's unclipped per-game "
+                   "score) at the first epoch past each number of agent steps; each arm runs "
+                   f"{args.budget_minutes:g} min of wall time, one at a time. Scores per agent step do not depend "
+                   "on the machine's speed for this synchronous PPO",
+        "arms": "its config as `--part pong` races it (16 actors x 128 steps, 4 mini-epochs of 8 minibatches) "
+                "against mini_epochs=1 (each sample used in one minibatch update, as A3C uses it once)",
+        "rl_games": f"1.6.5 with EnvPool 1.2.5 in experiments/peers/rl_games/.venv; {RLG_CHANGES}",
+        "run files": str(out.relative_to(REPO)),
+    })
+    text += "\n" + markdown_table(table, list(table[0]))
+    return text
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=["raw-env", "pong", "atari-30min"], default="raw-env")
+    parser.add_argument("--part", choices=["raw-env", "pong", "atari-30min", "reuse"], default="raw-env")
+    parser.add_argument("--reuse-games", nargs="+", choices=sorted(REUSE_GAMES), default=["pong"],
+                        help="reuse: the games rl_games' sample reuse is ablated on")
     parser.add_argument("--games", nargs="+", choices=sorted(STICKY_GAMES), default=sorted(STICKY_GAMES),
                         help="atari-30min: the sticky-actions games")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="pong: seeds, each trainer once per seed")
@@ -503,7 +557,7 @@ def main():
     problem = ours_flags_problem(args.ours_flags)
     if problem:
         parser.error(f"--ours-flags: {problem}; see python -m hogwild_a3c.train --help")
-    parts = {"raw-env": raw_env_part, "pong": pong_part, "atari-30min": atari_30_min_part}
+    parts = {"raw-env": raw_env_part, "pong": pong_part, "atari-30min": atari_30_min_part, "reuse": reuse_part}
     name = args.part if args.part != "atari-30min" else f"atari-{args.budget_minutes:g}min"
     write_dated_result("peers", name, parts[args.part](args))
 

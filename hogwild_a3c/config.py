@@ -143,6 +143,13 @@ class Config:
     ratio_clip: float = ALGO.preset(0.1, "with --epochs above 1: the passes after the first stop pushing a sample's "
                                     "action probability once it is this fraction away from where the first pass "
                                     "found it (PPO's clip range)", metavar="EPS")
+    replay_ratio: float = ALGO.preset(0.0, "after each rollout's update, a Poisson-distributed number of this mean of "
+                                      "further updates, each from a rollout drawn from the worker's replay memory "
+                                      "and corrected with V-trace's truncated importance weights (ACER's replay "
+                                      "for A3C); 0: A3C's one update a rollout, no memory", metavar="R")
+    replay_size: int = ALGO.preset(128, "with --replay-ratio above 0: the rollouts each worker keeps for replay (the "
+                                   "oldest go first); train.log says the memory this takes. Not saved in checkpoints: "
+                                   "a resumed run fills it again", metavar="N")
     optimizer: str = ALGO.preset("adam", "adam: each worker its own Adam statistics (universe); shared-adam: one set "
                                  "in shared memory; rmsprop, shared-rmsprop: the A3C paper's RMSprop (decay 0.99, "
                                  "epsilon 0.1), per worker or shared",
@@ -382,6 +389,9 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(1 <= cfg.frame_stack <= 16, "frame_stack", "an integer from 1 to 16", cfg.frame_stack)
     need(1 <= cfg.epochs <= 16, "epochs", "an integer from 1 to 16", cfg.epochs)
     need(0.0 < cfg.ratio_clip < 1.0, "ratio_clip", "a number between 0 and 1 (0.1-0.2 as PPO)", cfg.ratio_clip)
+    need(0.0 <= cfg.replay_ratio <= 16.0, "replay_ratio", "a number from 0 (no replay) to 16", cfg.replay_ratio)
+    need(1 <= cfg.replay_size <= 100_000, "replay_size", "an integer from 1 to 100000 (rollouts a worker keeps)",
+         cfg.replay_size)
     # torchrun's SIGTERM reaches the trainer's whole process group, a forkserver too, whose death
     # kills every child before the node's stop vote can go out.
     need(cfg.start_method == "spawn" or "TORCHELASTIC_RUN_ID" not in os.environ, "start_method",

@@ -59,7 +59,7 @@ class Worker:
         self.num_envs = cfg.envs_per_worker
         self.model = model_for_env(env_info, cfg)
         self.distribution = self.model.distribution
-        self.learner = make_learner(self.model, link, cfg)
+        self.learner = make_learner(self.model, link, cfg, self.rng, env_info.unit_interval)
         # Acts with what the model held at its last refresh, and keeps what the learner can reuse.
         self.actor = make_actor(cfg.act_backend, self.model, keep_activations=self.learner.reads_activations)
         self.envs: list[gym.Env] = [None] * self.num_envs  # type: ignore[list-item]
@@ -138,6 +138,7 @@ class Worker:
         rollout.start_state = (self.state[0].clone(), self.state[1].clone())
         rollout.dones[:] = False
         rollout.resets[:] = False
+        rollout.next_resets[:] = False
         try:
             self._act(rollout)
         except _EnvStepError as err:
@@ -180,6 +181,7 @@ class Worker:
                 self.obs[k] = obs
         _, last_values, _ = act(torch.from_numpy(self.obs), self.state)
         rollout.last_values[:] = last_values.numpy()
+        rollout.next_obs[:] = self.obs
 
     def _end_episode(self, rollout: Rollout, t: int, k: int, final_obs: np.ndarray, terminated: bool) -> None:
         rollout.dones[t, k] = True
@@ -197,6 +199,8 @@ class Worker:
             raise _EnvStepError(k, exc) from exc
         if t + 1 < self.cfg.rollout_steps:
             rollout.resets[t + 1, k] = True
+        else:
+            rollout.next_resets[k] = True
 
     def _update_statistics(self, rollout: Rollout) -> None:
         """Fold this rollout into the shared running statistics and scale its rewards with the

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from ..config import RENAMED
 from ..files.plain_data import shown
@@ -322,6 +323,15 @@ class EnvInfo:
     obs_shape: tuple[int, ...]
     distribution: ActionDistribution  # of the env's actions: what the model's action head parametrizes
     layout: ObsLayout | None = None  # how observations are packed, when they are (observations.py)
+    # Every observation value lies in [0, 1] (Atari frames, images of uint8 scaled by 1/255): a
+    # replay memory may keep them as uint8 levels.
+    unit_interval: bool = False
+
+
+def _in_unit_interval(space: gym.Space, layout: ObsLayout | None) -> bool:
+    if layout is not None:
+        return all(part.kind == "image" and part.scale == 1.0 / 255.0 for part in layout.parts)
+    return (isinstance(space, gym.spaces.Box) and bool(np.all(space.low >= 0.0)) and bool(np.all(space.high <= 1.0)))
 
 
 def env_options(cfg: Any) -> dict[str, Any]:
@@ -375,6 +385,7 @@ def describe_env(env_id: str, env_kwargs: dict[str, Any] | None = None, frame: s
         broken = contract_problem(env, distribution)
         if broken:
             raise EnvSpecError(f"--env '{env_id}': {broken}")
-        return EnvInfo(obs_shape=tuple(env.observation_space.shape or ()), distribution=distribution, layout=packed)
+        return EnvInfo(obs_shape=tuple(env.observation_space.shape or ()), distribution=distribution, layout=packed,
+                       unit_interval=_in_unit_interval(env.observation_space, packed))
     finally:
         env.close()

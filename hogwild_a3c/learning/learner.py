@@ -4,8 +4,10 @@ A worker collects (children/worker.py) and hands each rollout to its learner. `A
 reference's update: targets (returns and GAE per environment and per episode stretch), a replay of
 the rollout with gradients, the loss of `algo.a3c_loss`, the gradient clipped to a global norm and
 pushed through the worker's link (on one machine: handed to the shared parameters and applied by
-this worker's own optimizer). A second learner (one that keeps rollouts and replays them, say) is
-one more class with a `learn(rollout)` method, chosen in `make_learner`.
+this worker's own optimizer). `ReplayLearner` (`--replay-ratio`) makes that update, keeps the
+rollout in the worker's replay memory, and learns again from rollouts drawn from it, with V-trace's
+truncated importance weights for the policy that acted them (ACER's design for A3C); `make_learner`
+chooses.
 
 The replay re-runs the conv encoder on all T*K frames as one batch, under the learn precision
 (`precision.py`), and `nn.LSTM` fused over the sequence from the LSTM state saved at the rollout's
@@ -21,13 +23,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from .algo import a3c_loss, normalized_advantages, rollout_targets
 from .encoder_grad import KeptActivations, conv_elu_chain, features_from_activations
-from .model import ActorCritic, State
+from .model import ActorCritic, State, has_conv_encoder
 from .precision import encoder_context, learn_dtype
+from .replay_memory import ReplayMemory, StoredRollout
 from .rollout import Rollout
+from .vtrace import vtrace_targets
 
 
 def _no_profiling(phase: str) -> None:
@@ -146,8 +151,89 @@ class A3CLearner:
         return loss.log_probs.detach()
 
 
-def make_learner(model: ActorCritic, link: Any, cfg: Any) -> Learner:
-    """The learner of a worker's local model `model`, pushing through `link`."""
+class ReplayLearner(A3CLearner):
+    """A3C's update from each rollout, then a Poisson(--replay-ratio) number of updates from
+    rollouts drawn uniformly from the worker's last --replay-size ones, each after a fresh pull.
+
+    A replayed rollout was acted by an older policy mu. Its update re-runs the whole rollout and
+    s_T at the current weights, from the LSTM state saved at its start, and learns with V-trace's
+    value targets and advantages (`vtrace.py`) in place of the on-policy ones; the loss is A3C's.
+    """
+
+    def __init__(self, model: ActorCritic, link: Any, cfg: Any, rng: np.random.Generator, frames_uint8: bool):
+        super().__init__(model, link, cfg)
+        self.rng = rng
+        self.frames_uint8 = frames_uint8
+        self.memory: ReplayMemory | None = None  # made from the first rollout, which has the shapes
+
+    def learn(self, rollout: Rollout, phase_done: Callable[[str], None] = _no_profiling) -> bool:
+        applied = super().learn(rollout, phase_done)
+        if self.memory is None:
+            steps, envs = rollout.rewards.shape
+            self.memory = ReplayMemory(self.cfg.replay_size, steps, envs, tuple(rollout.obs.shape[2:]),
+                                       rollout.start_state[0].shape[-1], self.model.distribution, self.frames_uint8)
+        self.memory.add(rollout)
+        phase_done("replay memory add")
+        for _ in range(self.rng.poisson(self.cfg.replay_ratio)):
+            self.link.pull(self.model)
+            phase_done("pull (replayed)")
+            self._replayed_update(self.memory.sample(self.rng), phase_done)
+        return applied
+
+    def _replayed_update(self, stored: StoredRollout, phase_done: Callable[[str], None]) -> bool:
+        cfg, distribution = self.cfg, self.model.distribution
+        steps = stored.rewards.shape[0]
+        action_params, values = self.model.replay(stored.obs, stored.start_state, stored.resets, self.encoder_context)
+        params = action_params[:steps].flatten(0, 1)
+        actions = torch.from_numpy(stored.actions).flatten(0, 1)
+        phase_done("replay forward (replayed)")
+        with torch.no_grad():
+            log_probs, _ = distribution.evaluate(params.detach(), actions)
+        detached = values.detach().numpy()
+        log_ratios = log_probs.numpy().reshape(stored.log_probs.shape) - stored.log_probs
+        value_targets, advantages = vtrace_targets(stored.rewards, detached[:steps], stored.dones, stored.done_values,
+                                                   detached[steps], log_ratios, cfg.gamma, cfg.gae_lambda)
+        if cfg.normalize_advantages:
+            advantages = normalized_advantages(advantages)
+        phase_done("targets (replayed)")
+        loss = a3c_loss(params, values[:steps].flatten(), actions, torch.from_numpy(advantages).flatten(),
+                        torch.from_numpy(value_targets).flatten(), value_coef=cfg.value_coef,
+                        entropy_coef=cfg.entropy_coef, reduction=cfg.loss_reduction, distribution=distribution)
+        for p in self.params:
+            p.grad = None
+        loss.total.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
+        phase_done("backward (replayed)")
+        if not (math.isfinite(grad_norm) and math.isfinite(loss.total.item())):
+            self.link.count("skipped_updates")
+            return False
+        self.link.push(self.model)
+        phase_done("push (replayed)")
+        return True
+
+
+def replay_memory_line(model: ActorCritic, cfg: Any, unit_interval: bool) -> str | None:
+    """train.log's line on what each worker's replay memory holds once full; None without replay."""
+    if cfg.replay_ratio <= 0:
+        return None
+    frames = unit_interval and has_conv_encoder(model)
+    size = ReplayMemory.bytes_for(cfg.replay_size, cfg.rollout_steps, cfg.envs_per_worker, model.obs_shape,
+                                  model.initial_state(1)[0].shape[-1], model.distribution, frames)
+    kept = "uint8 frames" if frames else "float32 observations"
+    return (f"replay memory: {cfg.replay_size} rollouts of {cfg.rollout_steps} steps x {cfg.envs_per_worker} envs "
+            f"in each worker, {kept}: {size / 2**20:.1f} MB a worker when full (--replay-size); a mean of "
+            f"{cfg.replay_ratio:g} replayed updates after each rollout's (--replay-ratio)")
+
+
+def make_learner(model: ActorCritic, link: Any, cfg: Any, rng: np.random.Generator | None = None,
+                 unit_interval: bool = False) -> Learner:
+    """The learner of a worker's local model `model`, pushing through `link`. `rng` draws the
+    number of replayed updates and the rollouts they replay; `unit_interval`: the env's
+    observations all lie in [0, 1] (`EnvInfo.unit_interval`), so a replay memory keeps image
+    frames as uint8 levels."""
+    if getattr(cfg, "replay_ratio", 0.0) > 0:  # a Config saved before replay existed has none
+        frames = unit_interval and has_conv_encoder(model)
+        return ReplayLearner(model, link, cfg, rng if rng is not None else np.random.default_rng(), frames)
     return A3CLearner(model, link, cfg)
 
 

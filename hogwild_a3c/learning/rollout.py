@@ -12,11 +12,13 @@ import numpy as np
 import torch
 
 from .distributions import ActionDistribution
-from .model import State
 
 # A frame stored as uint8 is round(x * 255) of an observation in [0, 1]: a quarter of float32's
 # memory, for a learner that keeps rollouts (the conv encoders' frames are in [0, 1]).
 FRAME_LEVELS = 255.0
+
+# model.State, written out: the rollout stays a leaf of plain arrays below the model and the memory.
+LstmState = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass
@@ -33,14 +35,18 @@ class Rollout:
     done_values: np.ndarray  # [T, K] float32, the bootstrap where it ended (0 at a terminal)
     resets: np.ndarray  # [T, K] bool, the LSTM state is zeroed before step t
     last_values: np.ndarray  # [K] float32, V(s_T): the bootstrap of each column's last stretch
-    start_state: State  # the LSTM state before step 0 (detached), where the replay starts
+    start_state: LstmState  # the LSTM state before step 0 (detached), where the replay starts
+    # s_T, and whether the LSTM state was zeroed before it (an episode ended at step T-1): what a
+    # learner that replays this rollout later needs to take V(s_T) at its own weights.
+    next_obs: np.ndarray  # [K, *obs_shape] float32
+    next_resets: np.ndarray  # [K] bool
     # What acting kept for the learner, when it asked (each encoder ELU's output [T, K, ...] float32,
     # written channels-last where `activations_nhwc` says so): learner.py reads them.
     activations: list[np.ndarray] = field(default_factory=list)
     activations_nhwc: list[bool] = field(default_factory=list)
 
     @classmethod
-    def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: State,
+    def empty(cls, steps: int, envs: int, obs_shape: tuple[int, ...], start_state: LstmState,
               distribution: ActionDistribution, frames_uint8: bool = False,
               activation_shapes: Sequence[tuple[int, ...]] = (), activations_nhwc: Sequence[bool] = ()) -> Rollout:
         per_step = {"log_probs": np.float32, "rewards": np.float32, "values": np.float32, "dones": bool,
@@ -52,6 +58,8 @@ class Rollout:
             **arrays,
             last_values=np.zeros(envs, dtype=np.float32),
             start_state=start_state,
+            next_obs=np.zeros((envs, *obs_shape), dtype=np.float32),
+            next_resets=np.zeros(envs, dtype=bool),
             activations=[np.zeros((steps, envs, *shape), dtype=np.float32) for shape in activation_shapes],
             activations_nhwc=list(activations_nhwc),
         )

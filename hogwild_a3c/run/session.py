@@ -27,6 +27,7 @@ from ..files.checkpoint import Progress, restore_training
 from ..files.logs import last_time_s
 from ..files.meta import KILLED, close_dead_sessions
 from ..files.plain_data import shown
+from ..learning.learner import replay_memory_line
 from ..learning.model import model_for_env
 from ..learning.optim import LrSchedule
 from ..learning.precision import resolve as resolve_precision
@@ -127,6 +128,9 @@ class Session:
         recorder.log(preset_line(cfg))
         recorder.log(acting_line)
         recorder.log(precision_line)
+        replay_line = replay_memory_line(model, cfg, prepared.env_info.unit_interval)
+        if replay_line:
+            recorder.log(replay_line)
         self._say_what_was_found(recorder, dead_sessions)
         previous = _catch_signals(rules, recorder, callbacks)
         try:
