@@ -27,6 +27,11 @@ Parts (`--part`):
   `<Game>NoFrameskip-v4` with the same stickiness (`train_sf.py`). Writes
   experiments/results/peers/<date>-atari-<budget>min.md.
 
+- reuse: rl_games' own config against the same with one pass over each batch (`mini_epochs=1`), on
+  Pong (`--reuse-games`, SpaceInvaders too), each for --budget-minutes: its training mean at 100k,
+  200k, ... agent steps, to say how much of its per-step lead is sample reuse. Writes
+  experiments/results/peers/<date>-reuse.md.
+
 rl_games 1.6.5 (PPO on EnvPool 1.2.5) races in both with its own EnvPool configs
 (`peers/rl_games/train_rlg.py`, which lists what 2 cores and no GPU change), read from the line
 its launcher prints each epoch. PufferLib 3.0.0 races in both with its own Atari config

@@ -150,6 +150,12 @@ class Config:
     replay_size: int = ALGO.preset(128, "with --replay-ratio above 0: the rollouts each worker keeps for replay (the "
                                    "oldest go first); train.log says the memory this takes. Not saved in checkpoints: "
                                    "a resumed run fills it again", metavar="N")
+    replay_input: str = ALGO.preset("frames", "with --replay-ratio above 0: what a replayed update starts from. "
+                                    "frames: it re-runs the encoder on the kept frames and learns it too; features: "
+                                    "the memory keeps the encoder's output as acting computed it, and a replayed "
+                                    "update learns the LSTM and heads only, at a fraction of the cost (conv + LSTM "
+                                    "models whose acting keeps its activations; others replay frames, as train.log "
+                                    "says)", choices=["frames", "features"])
     optimizer: str = ALGO.preset("adam", "adam: each worker its own Adam statistics (universe); shared-adam: one set "
                                  "in shared memory; rmsprop, shared-rmsprop: the A3C paper's RMSprop (decay 0.99, "
                                  "epsilon 0.1), per worker or shared",

@@ -185,7 +185,7 @@ def mount_tmpfs(folder, size: str, skip_reason: str):
 
 def acts_and_learns_in_a_worker(cfg, info, rollouts=2):
     """The model of `cfg` for the env `info` describes passes the start-up trial, and a worker in this
-    process acts `rollouts` full rollouts and moves the shared weights."""
+    process acts `rollouts` full rollouts and moves the shared weights; the worker comes back (closed)."""
     import torch
 
     from hogwild_a3c.children.reports import InProcessReports
@@ -206,3 +206,4 @@ def acts_and_learns_in_a_worker(cfg, info, rollouts=2):
     finally:
         worker.close()
     assert any(not torch.equal(a, b) for a, b in zip(before, shared.model.parameters()))
+    return worker

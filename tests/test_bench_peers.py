@@ -46,3 +46,13 @@ def test_flags_our_trainer_would_refuse_are_named_before_any_race_starts():
     assert bench_peers.ours_flags_problem("--image-size 84 --frame-stack 4 --core mlp --epochs 2") is None
     assert "--image-sise" in bench_peers.ours_flags_problem("--image-sise 84")
     assert "invalid float value: 'abc'" in bench_peers.ours_flags_problem("--lr abc")
+
+
+def test_the_reuse_ablation_reads_the_first_epoch_past_each_milestone(tmp_path):
+    log = tmp_path / "rl-games-pong-default-s0.log"
+    log.write_text("RUN mini_epochs=1 minibatch_size=512\n"
+                   "RACE mean=-20.5 games=20 steps=98304\nRACE mean=-19.0 games=20 steps=100352\n"
+                   "RACE mean=-17.0 games=20 steps=102400\nRACE mean=1.5e+00 games=20 steps=204800\nRACE mean=-3")
+    at = bench_peers.mean_at_milestones(log)
+    assert at[100_000] == -19.0 and at[200_000] == 1.5  # the first past each, not the last
+    assert at[300_000] is None  # never reached

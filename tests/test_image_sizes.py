@@ -59,3 +59,15 @@ def test_an_image_too_small_for_the_encoder_of_a_module_env_is_one_line(tmp_path
     (line,) = caught.value.errors
     assert line.startswith("--encoder nature: the nature encoder needs images of at least 36x36 (got 20x20)")
     assert "give another --encoder" in line and not (tmp_path / "run").exists()
+
+
+@pytest.mark.timeout(240)
+def test_a_toy_image_task_larger_than_a_grid_is_learned_under_the_auto_preset(tmp_path):
+    """Issue 64 H1's threshold: a 32x32 CueImage goes to the conv encoder (not the grid's), under
+    the preset `auto` picks, with no flags; chance is 0.25, every step right 1."""
+    import hogwild_a3c
+
+    result = hogwild_a3c.train(env="tests.envs:CueImage-v0", env_kwargs={"size": 32}, num_workers=2,
+                               max_steps=120_000, target_return=0.9, eval_interval=3, eval_episodes=10,
+                               progress=False, run_dir=tmp_path / "run")
+    assert result.ended == "target_return", result

@@ -20,7 +20,7 @@ from hogwild_a3c.learning.model import build_model
 from hogwild_a3c.learning.replay_memory import ReplayMemory
 from hogwild_a3c.learning.rollout import Rollout
 from hogwild_a3c.learning.vtrace import vtrace_targets
-from tests.helpers import one_error_line
+from tests.helpers import acts_and_learns_in_a_worker, one_error_line
 from tests.test_epochs import SgdLink
 
 
@@ -246,3 +246,57 @@ def test_a_toy_image_task_is_learned_with_replay_through_the_real_processes(tmp_
     log = (run_dir / "train.log").read_text()
     assert "replay memory:" in log and "uint8 frames" in log, log
     assert json.loads((run_dir / "meta.json").read_text())["sessions"][-1]["ended"] == "target_return"
+
+
+@pytest.mark.parametrize("env_id", ["tests.envs:TargetBox-v0", "tests.envs:TargetParts-v0", "CartPole-v1",
+                                    "tests.envs:CueImage-v0", "tests.envs:CueDict-v0"])
+def test_every_action_and_observation_kind_replays_under_its_auto_preset(env_id, monkeypatch):
+    # Box (Gaussian, stored unclipped), MultiDiscrete, a vector under the vector preset (mlp value
+    # net, running normalization), a uint8 image (kept as uint8), a packed Dict (kept as float32).
+    from hogwild_a3c.envs.make import env_options
+    from hogwild_a3c.files.rundir import resolve_new
+
+    cfg = resolve_new({"env": env_id, "num_workers": 0, "lstm_size": 16, "replay_ratio": 3.0, "replay_size": 2})
+    info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
+    applied = []
+    original = ReplayLearner._replayed_update
+    monkeypatch.setattr(ReplayLearner, "_replayed_update",
+                        lambda self, stored, phase_done: applied.append(original(self, stored, phase_done)) or True)
+    worker = acts_and_learns_in_a_worker(cfg, info, rollouts=4)
+    assert worker.learner.memory.size == 2 and worker.learner.memory.added == 4
+    assert applied and all(applied)  # Poisson(3) four times: none at all has odds e^-12
+    assert worker.learner.memory.frames_uint8 == (env_id == "tests.envs:CueImage-v0")
+
+
+class NoneKeepingSgdLink(SgdLink):
+    """SgdLink for updates that leave some gradients None (the encoder, under features replay)."""
+
+    def push(self, local_model):
+        self.calls.append("push")
+        self.pushed.append([None if p.grad is None else p.grad.clone() for p in local_model.parameters()])
+        with torch.no_grad():
+            for shared, local in zip(self.model.parameters(), local_model.parameters()):
+                if local.grad is not None:
+                    shared -= self.lr * local.grad
+
+
+def test_a_replay_of_kept_features_at_the_weights_that_acted_is_a3cs_update_of_the_lstm_and_heads():
+    # Atari frames: universe's conv + ELU chain, whose activations acting keeps for the learner.
+    cfg = Config(env="ALE/Pong-v5", num_workers=1, envs_per_worker=2, rollout_steps=5, lstm_size=8,
+                 replay_ratio=16.0, replay_size=4, replay_input="features")
+    info = describe_env(cfg.env, cfg.env_kwargs)
+    torch.manual_seed(0)
+    link = NoneKeepingSgdLink(build_model(info.obs_shape, info.distribution, cfg), 0.0)
+    worker = Worker(0, cfg, info, link, seed=3)
+    assert worker.learner.keeps_features and worker.learner.reads_activations
+    worker.run_rollout()
+    memory = worker.learner.memory
+    assert worker.learner.memory_has_features and memory.obs.shape[3:] == (288,)  # 32 channels x 3 x 3
+    assert len(link.pushed) > 4
+    names = [name for name, _ in worker.model.named_parameters()]
+    for replayed in link.pushed[1:]:
+        for name, on_policy, again in zip(names, link.pushed[0], replayed):
+            if name.startswith("encoder."):
+                assert again is None  # features replay leaves the encoder to the on-policy update
+            else:
+                torch.testing.assert_close(again, on_policy, rtol=1e-4, atol=1e-5)

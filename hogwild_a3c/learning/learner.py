@@ -158,32 +158,54 @@ class ReplayLearner(A3CLearner):
     A replayed rollout was acted by an older policy mu. Its update re-runs the whole rollout and
     s_T at the current weights, from the LSTM state saved at its start, and learns with V-trace's
     value targets and advantages (`vtrace.py`) in place of the on-policy ones; the loss is A3C's.
+    With `--replay-input features` the memory keeps the encoder's output as acting computed it (and
+    s_T's, computed here), and a replayed update runs and learns the LSTM and heads only.
     """
 
     def __init__(self, model: ActorCritic, link: Any, cfg: Any, rng: np.random.Generator, frames_uint8: bool):
         super().__init__(model, link, cfg)
         self.rng = rng
         self.frames_uint8 = frames_uint8
+        self.keeps_features = keeps_features(model, cfg)
         self.memory: ReplayMemory | None = None  # made from the first rollout, which has the shapes
+        self.memory_has_features = False
 
     def learn(self, rollout: Rollout, phase_done: Callable[[str], None] = _no_profiling) -> bool:
+        # Taken before the update: the features of s_T under the weights that acted, as the rest were.
+        inputs = self._acted_inputs(rollout) if self.keeps_features and rollout.activations else None
         applied = super().learn(rollout, phase_done)
         if self.memory is None:
             steps, envs = rollout.rewards.shape
-            self.memory = ReplayMemory(self.cfg.replay_size, steps, envs, tuple(rollout.obs.shape[2:]),
-                                       rollout.start_state[0].shape[-1], self.model.distribution, self.frames_uint8)
-        self.memory.add(rollout)
+            shape = tuple(rollout.obs.shape[2:]) if inputs is None else tuple(inputs[1].shape[1:])
+            self.memory = ReplayMemory(self.cfg.replay_size, steps, envs, shape, rollout.start_state[0].shape[-1],
+                                       self.model.distribution, self.frames_uint8 and inputs is None)
+            self.memory_has_features = inputs is not None
+        if self.memory_has_features == (inputs is not None):  # an actor keeps its activations always or never
+            self.memory.add(rollout, inputs)
         phase_done("replay memory add")
-        for _ in range(self.rng.poisson(self.cfg.replay_ratio)):
+        for _ in range(self.rng.poisson(self.cfg.replay_ratio) if self.memory.size else 0):
             self.link.pull(self.model)
             phase_done("pull (replayed)")
             self._replayed_update(self.memory.sample(self.rng), phase_done)
         return applied
 
+    def _acted_inputs(self, rollout: Rollout) -> tuple[np.ndarray, np.ndarray]:
+        """The encoder's features of the rollout's frames [T, K, F], as acting computed them, and
+        of s_T [K, F], computed here by the same weights."""
+        steps, envs = rollout.rewards.shape
+        kept = KeptActivations.of_rollout(rollout.activations[-1:], rollout.activations_nhwc[-1:], torch.float32)
+        with torch.no_grad():
+            last = self.model.encoder(self.model.normalized(torch.from_numpy(rollout.next_obs))).float()
+        return kept.features.reshape(steps, envs, -1).numpy(), last.numpy()
+
     def _replayed_update(self, stored: StoredRollout, phase_done: Callable[[str], None]) -> bool:
         cfg, distribution = self.cfg, self.model.distribution
         steps = stored.rewards.shape[0]
-        action_params, values = self.model.replay(stored.obs, stored.start_state, stored.resets, self.encoder_context)
+        if self.memory_has_features:
+            action_params, values = self.model.replay_features(stored.obs, stored.start_state, stored.resets)
+        else:
+            action_params, values = self.model.replay(stored.obs, stored.start_state, stored.resets,
+                                                      self.encoder_context)
         params = action_params[:steps].flatten(0, 1)
         actions = torch.from_numpy(stored.actions).flatten(0, 1)
         phase_done("replay forward (replayed)")
@@ -212,14 +234,29 @@ class ReplayLearner(A3CLearner):
         return True
 
 
+def keeps_features(model: ActorCritic, cfg: Any) -> bool:
+    """Whether a replay memory keeps the encoder's features (`--replay-input features`): only where
+    acting keeps the encoder's activations and the value head reads the LSTM."""
+    return (cfg.replay_input == "features" and cfg.epochs == 1 and model.lstm is not None
+            and model.value_encoder is None and conv_elu_chain(model.encoder) is not None)
+
+
 def replay_memory_line(model: ActorCritic, cfg: Any, unit_interval: bool) -> str | None:
     """train.log's line on what each worker's replay memory holds once full; None without replay."""
     if cfg.replay_ratio <= 0:
         return None
     frames = unit_interval and has_conv_encoder(model)
-    size = ReplayMemory.bytes_for(cfg.replay_size, cfg.rollout_steps, cfg.envs_per_worker, model.obs_shape,
-                                  model.initial_state(1)[0].shape[-1], model.distribution, frames)
+    shape = tuple(model.obs_shape)
     kept = "uint8 frames" if frames else "float32 observations"
+    if keeps_features(model, cfg):
+        with torch.no_grad():
+            shape = tuple(model.encoder(torch.zeros(1, *model.obs_shape)).shape[1:])
+        frames, kept = False, f"the encoder's {shape[0]} features a frame (--replay-input features)"
+    elif cfg.replay_input == "features":
+        kept += (" (--replay-input features needs a conv + ELU encoder, an LSTM, no value net of its own and "
+                 "--epochs 1: this model replays frames)")
+    size = ReplayMemory.bytes_for(cfg.replay_size, cfg.rollout_steps, cfg.envs_per_worker, shape,
+                                  model.initial_state(1)[0].shape[-1], model.distribution, frames)
     return (f"replay memory: {cfg.replay_size} rollouts of {cfg.rollout_steps} steps x {cfg.envs_per_worker} envs "
             f"in each worker, {kept}: {size / 2**20:.1f} MB a worker when full (--replay-size); a mean of "
             f"{cfg.replay_ratio:g} replayed updates after each rollout's (--replay-ratio)")

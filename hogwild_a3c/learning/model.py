@@ -223,7 +223,20 @@ class ActorCritic(nn.Module):
         if features is None:
             with encoder_context():
                 features = self.encoder(flat).float()
-        features = features.reshape(steps, batch, -1)
+        return self._core(features.reshape(steps, batch, -1), state, resets, flat)
+
+    def replay_features(self, features: torch.Tensor, state: State, resets: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`replay` from the encoder's output [T, B, F] as given: the LSTM and the heads only, so
+        no gradient reaches the encoder. For a model whose value head reads the LSTM (no value net
+        of its own)."""
+        assert self.lstm is not None and self.value_encoder is None
+        return self._core(features, state, resets, None)
+
+    def _core(self, features: torch.Tensor, state: State, resets: torch.Tensor | None, flat: torch.Tensor | None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        assert self.lstm is not None
+        steps, batch = features.shape[:2]
         cuts = [0]
         if resets is not None:
             cuts += [t for t in range(1, steps) if bool(resets[t].any())]

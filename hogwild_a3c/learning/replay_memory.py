@@ -22,7 +22,8 @@ from .rollout import FRAME_LEVELS, LstmState, Rollout
 @dataclass
 class StoredRollout:
     """One slot of the memory as torch tensors (views of the memory's arrays, valid until that slot
-    is written again), the observations as float32 with s_T appended: [T + 1, K, *obs_shape]."""
+    is written again), the observations (or what was kept in their place) as float32 with s_T
+    appended: [T + 1, K, *obs_shape]."""
 
     obs: torch.Tensor
     resets: torch.Tensor  # [T + 1, K]
@@ -57,12 +58,16 @@ class ReplayMemory:
         slots = _slots(capacity, steps, envs, obs_shape, state_size, distribution, frames_uint8)
         return sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in slots.values())
 
-    def add(self, rollout: Rollout) -> None:
-        """Copy `rollout` in (a worker refills its one Rollout), over the oldest slot once full."""
+    def add(self, rollout: Rollout, inputs: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Copy `rollout` in (a worker refills its one Rollout), over the oldest slot once full.
+        `inputs`: what to keep in place of its observations and s_T ([T, K, F] and [K, F]: the
+        encoder's features, for a memory made with obs_shape (F,))."""
         slot = self.added % self.capacity
         steps = rollout.rewards.shape[0]
         obs = self.obs[slot]
-        if self.frames_uint8:
+        if inputs is not None:
+            obs[:steps], obs[steps] = inputs
+        elif self.frames_uint8:
             if rollout.obs.dtype == np.uint8:
                 obs[:steps] = rollout.obs
             else:
