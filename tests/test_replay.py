@@ -22,6 +22,7 @@ from hogwild_a3c.learning.rollout import Rollout
 from hogwild_a3c.learning.vtrace import vtrace_targets
 from tests.helpers import acts_and_learns_in_a_worker, one_error_line
 from tests.test_epochs import SgdLink
+from tests.test_epochs import make_worker as make_epochs_worker
 
 
 def slow_vtrace(rewards, values, dones, done_values, last_values, log_ratios, gamma, lam, rho_bar=1.0, c_bar=1.0):
@@ -154,12 +155,7 @@ def test_only_observations_bounded_in_the_unit_interval_are_frames():
 # -- the learner ------------------------------------------------------------------------------
 
 def make_worker(lr, replay_ratio, **settings):
-    cfg = Config(env="tests.envs:VaryingLength-v0", num_workers=1, envs_per_worker=3, rollout_steps=6, lstm_size=8,
-                 replay_ratio=replay_ratio, replay_size=4, **settings)
-    info = describe_env(cfg.env, cfg.env_kwargs)
-    torch.manual_seed(0)
-    link = SgdLink(build_model(info.obs_shape, info.distribution, cfg), lr)
-    return Worker(0, cfg, info, link, seed=3), link, info
+    return make_epochs_worker(1, lr, replay_ratio=replay_ratio, replay_size=4, **settings)
 
 
 def test_replay_ratio_zero_is_a3c_exactly():
