@@ -130,25 +130,33 @@ class A3CLearner:
                         reduction=cfg.loss_reduction, old_log_probs=old_log_probs, ratio_clip=cfg.ratio_clip,
                         distribution=self.model.distribution)
         phase_done("loss" + pass_name)
-        # None, not zeros: the previous update's gradients must not add into this one's.
-        for p in self.params:
-            p.grad = None
-        loss.total.backward()
-        phase_done("backward" + pass_name)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
-        phase_done("clip" + pass_name)
-        if not (math.isfinite(grad_norm) and math.isfinite(loss.total.item())):
-            # Applying it would poison the shared weights for every worker.
-            self.link.count("skipped_updates")
+        grad_norm = self._apply(loss.total, phase_done, pass_name)
+        if grad_norm is None:
             return None
-        self.link.push(self.model)
-        phase_done("push (hand-off + optimizer)" + pass_name)
         if old_log_probs is None:  # progress.csv's losses stay A3C's, whatever --epochs is
             size = batch.size if cfg.loss_reduction == "sum" else 1  # per-sample losses
             self.link.record_update(
                 loss.policy.item() / size, loss.value.item() / size, loss.entropy.item() / size, grad_norm
             )
         return loss.log_probs.detach()
+
+    def _apply(self, total: torch.Tensor, phase_done: Callable[[str], None], pass_name: str) -> float | None:
+        """Backward, clip and push one update's loss; its gradient norm, or None when it was
+        skipped as non-finite."""
+        # None, not zeros: the previous update's gradients must not add into this one's.
+        for p in self.params:
+            p.grad = None
+        total.backward()
+        phase_done("backward" + pass_name)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm))
+        phase_done("clip" + pass_name)
+        if not (math.isfinite(grad_norm) and math.isfinite(total.item())):
+            # Applying it would poison the shared weights for every worker.
+            self.link.count("skipped_updates")
+            return None
+        self.link.push(self.model)
+        phase_done("push (hand-off + optimizer)" + pass_name)
+        return grad_norm
 
 
 class ReplayLearner(A3CLearner):
@@ -221,17 +229,7 @@ class ReplayLearner(A3CLearner):
         loss = a3c_loss(params, values[:steps].flatten(), actions, torch.from_numpy(advantages).flatten(),
                         torch.from_numpy(value_targets).flatten(), value_coef=cfg.value_coef,
                         entropy_coef=cfg.entropy_coef, reduction=cfg.loss_reduction, distribution=distribution)
-        for p in self.params:
-            p.grad = None
-        loss.total.backward()
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm))
-        phase_done("backward (replayed)")
-        if not (math.isfinite(grad_norm) and math.isfinite(loss.total.item())):
-            self.link.count("skipped_updates")
-            return False
-        self.link.push(self.model)
-        phase_done("push (replayed)")
-        return True
+        return self._apply(loss.total, phase_done, " (replayed)") is not None
 
 
 def keeps_features(model: ActorCritic, cfg: Any) -> bool:
