@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .distributions import ActionDistribution
-from .rollout import FRAME_LEVELS, LstmState, Rollout
+from .rollout import FRAME_LEVELS, LstmState, Rollout, to_frame_levels
 
 
 @dataclass
@@ -71,8 +71,8 @@ class ReplayMemory:
             if rollout.obs.dtype == np.uint8:
                 obs[:steps] = rollout.obs
             else:
-                _to_levels(rollout.obs, obs[:steps])
-            _to_levels(rollout.next_obs, obs[steps])
+                to_frame_levels(rollout.obs, obs[:steps])
+            to_frame_levels(rollout.next_obs, obs[steps])
         else:
             obs[:steps] = rollout.obs
             obs[steps] = rollout.next_obs
@@ -115,7 +115,3 @@ def _slots(capacity: int, steps: int, envs: int, obs_shape: tuple[int, ...], sta
         "start_h": ((capacity, 1, envs, state_size), np.float32),  # 0 wide for the mlp core
         "start_c": ((capacity, 1, envs, state_size), np.float32),
     }
-
-
-def _to_levels(obs: np.ndarray, out: np.ndarray) -> None:
-    np.rint(np.clip(obs, 0.0, 1.0) * FRAME_LEVELS, out=out, casting="unsafe")

@@ -68,7 +68,7 @@ class Rollout:
         """Step t's observations [K, *obs_shape], as this rollout stores them: uint8 frames only
         for observations in [0, 1] (what the conv encoders read), which the caller knows."""
         if self.obs.dtype == np.uint8:
-            np.rint(np.clip(obs, 0.0, 1.0) * FRAME_LEVELS, out=self.obs[t], casting="unsafe")
+            to_frame_levels(obs, self.obs[t])
         else:
             self.obs[t] = obs
 
@@ -81,3 +81,8 @@ class Rollout:
     @property
     def steps(self) -> int:
         return self.rewards.size
+
+
+def to_frame_levels(obs: np.ndarray, out: np.ndarray) -> None:
+    """Observations in [0, 1] written into the uint8 array `out` as round(x * 255)."""
+    np.rint(np.clip(obs, 0.0, 1.0) * FRAME_LEVELS, out=out, casting="unsafe")
