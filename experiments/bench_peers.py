@@ -406,9 +406,11 @@ def pong_part(args) -> str:
 
 
 # The games of the 30-minute races: ours as `make train` runs Atari (ALE v5, sticky actions 0.25),
-# Sample Factory's example on the same ROM with the same stickiness (train_sf.py).
+# Sample Factory's example on the same ROM with the same stickiness (train_sf.py). Qbert has no peer config
+# here: it is one of issue 65's screen games, raced by ours alone.
 STICKY_GAMES = {"breakout": ("ALE/Breakout-v5", "atari_breakout_sticky"),
-                "spaceinvaders": ("ALE/SpaceInvaders-v5", "atari_spaceinvaders_sticky")}
+                "spaceinvaders": ("ALE/SpaceInvaders-v5", "atari_spaceinvaders_sticky"),
+                "qbert": ("ALE/Qbert-v5", None)}
 WINDOW_30_MIN = 100
 RLG_CONFIGS = {"breakout": "ppo_breakout_envpool.yaml", "spaceinvaders": "ppo_invaders_envpool.yaml"}
 
@@ -559,6 +561,10 @@ def main():
         parser.error("--repeats must be at least 1, --seconds and --budget-minutes above 0 and --warmup at least 0")
     if args.part != "raw-env" and not args.ours and not args.peers:
         parser.error("--no-ours with no --peers leaves nothing to race: name a peer, or drop --no-ours")
+    peerless = [game for game in args.games if STICKY_GAMES[game][1] is None]
+    if args.part == "atari-30min" and peerless and args.peers:
+        parser.error(f"--games {' '.join(peerless)}: no peer has a config for it here; pass --peers alone "
+                     "(ours only), or race the peers on breakout or spaceinvaders")
     problem = ours_flags_problem(args.ours_flags)
     if problem:
         parser.error(f"--ours-flags: {problem}; see python -m hogwild_a3c.train --help")

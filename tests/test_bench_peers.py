@@ -4,6 +4,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import bench_peers  # noqa: E402 - experiments/ is a folder of scripts, not a package
 
@@ -56,3 +58,14 @@ def test_the_reuse_ablation_reads_the_first_epoch_past_each_milestone(tmp_path):
     at = bench_peers.mean_at_milestones(log)
     assert at[100_000] == -19.0 and at[200_000] == 1.5  # the first past each, not the last
     assert at[300_000] is None  # never reached
+
+
+def test_a_game_no_peer_has_a_config_for_is_refused_before_any_race_starts(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["bench_peers.py", "--part", "atari-30min", "--games", "qbert"])
+    raced = []
+    monkeypatch.setattr(bench_peers, "atari_30_min_part", lambda args: raced.append(args))
+    with pytest.raises(SystemExit) as stop:
+        bench_peers.main()
+    assert stop.value.code == 2 and raced == []
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--games qbert" in error and "--peers alone" in error
