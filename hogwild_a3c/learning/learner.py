@@ -239,11 +239,18 @@ def keeps_features(model: ActorCritic, cfg: Any) -> bool:
             and model.value_encoder is None and conv_elu_chain(model.encoder) is not None)
 
 
+def keeps_uint8_frames(model: ActorCritic, unit_interval: bool) -> bool:
+    """Whether a replay memory keeps its observations as uint8 levels: images (read by a conv)
+    whose every value lies in [0, 1] (`EnvInfo.unit_interval`): exact for frames that were uint8 (Atari),
+    within 1/510 for other images, and a quarter of float32's memory."""
+    return unit_interval and has_conv_encoder(model)
+
+
 def replay_memory_line(model: ActorCritic, cfg: Any, unit_interval: bool) -> str | None:
     """train.log's line on what each worker's replay memory holds once full; None without replay."""
     if cfg.replay_ratio <= 0:
         return None
-    frames = unit_interval and has_conv_encoder(model)
+    frames = keeps_uint8_frames(model, unit_interval)
     shape = tuple(model.obs_shape)
     kept = "uint8 frames" if frames else "float32 observations"
     if keeps_features(model, cfg):
@@ -267,8 +274,8 @@ def make_learner(model: ActorCritic, link: Any, cfg: Any, rng: np.random.Generat
     observations all lie in [0, 1] (`EnvInfo.unit_interval`), so a replay memory keeps image
     frames as uint8 levels."""
     if getattr(cfg, "replay_ratio", 0.0) > 0:  # a Config saved before replay existed has none
-        frames = unit_interval and has_conv_encoder(model)
-        return ReplayLearner(model, link, cfg, rng if rng is not None else np.random.default_rng(), frames)
+        return ReplayLearner(model, link, cfg, rng if rng is not None else np.random.default_rng(),
+                             keeps_uint8_frames(model, unit_interval))
     return A3CLearner(model, link, cfg)
 
 
