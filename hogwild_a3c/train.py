@@ -13,7 +13,7 @@ import signal
 import sys
 import types
 
-from .run.exit_codes import EXIT_SIGINT, EXIT_USAGE
+from .run.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_USAGE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,6 +32,7 @@ def _train(argv: list[str] | None) -> tuple[int, bool]:
     try:
         from .files.logs import CsvSchemaError
         from .files.rundir import ConfigError
+        from .nodes.admission import AdmissionTimeout, NotAdmitted
         from .run.prepare import prepare
         from .run.session import Session
     except BaseException:  # a broken install: its own traceback, not one about ConfigError being unbound
@@ -39,11 +40,22 @@ def _train(argv: list[str] | None) -> tuple[int, bool]:
         raise
     try:
         if not pressed:
-            session = Session(prepare(argv), argv)
+            session = Session(prepare(argv, interrupted=lambda: bool(pressed)), argv)
     except ConfigError as exc:
         for line in exc.errors:
             print(f"error: {line}", file=sys.stderr)
         return EXIT_USAGE, False
+    except NotAdmitted as exc:  # exit 0: torchrun would restart a failed node into the same refusal
+        print(f"refused: {exc}", file=sys.stderr)
+        return EXIT_OK, False
+    except AdmissionTimeout as exc:  # a node that never came to the start: torchrun restarts every node
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED, False
+    except KeyboardInterrupt:
+        if not pressed:
+            raise
+        print("interrupted before training started; nothing was trained", file=sys.stderr)
+        return EXIT_SIGINT, True
     finally:
         signal.signal(signal.SIGINT, previous)
     if pressed:

@@ -5,10 +5,13 @@ settings, the claims of progress, and where a refused peer connected from.
 its host name, the port of a side channel and its identity: the settings that change what an
 update computes, the model's parameter count, the package version), then an HMAC-SHA256 under
 the run token (`HOGWILD_RUN_TOKEN`) over every hello and its own rank. Every node checks every
-other node's proof with its own token, and every identity against its own. A node that cannot
-prove the token, or whose identity differs, stops the start on every node with one line naming
-it: nobody gives it weights or takes any from it. The bytes go through gloo as uint8 tensors of
-JSON, never pickle: a peer's hello is data, and every field of it is checked for kind and size.
+other node's proof with its own token, and every identity against its own. The token was proven
+once already, through torchrun's store before anything was written (`admission.py`, which left
+out the nodes without it); proven again here, over the group itself, it ties the group's ranks
+to holders of the token. A node that cannot prove it, or whose identity differs, stops the start
+on every node with one line naming it: nobody gives it weights or takes any from it. The bytes
+go through gloo as uint8 tensors of JSON, never pickle: a peer's hello is data, and every field
+of it is checked for kind and size.
 
 A peer's host name is only what it claims to be, and an intruder can claim a real machine's. So
 each node also listens on a side channel (a TCP port of its own, named in its hello), and every
@@ -24,7 +27,6 @@ for a broadcast that will not come.
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import os
@@ -40,8 +42,8 @@ import torch
 import torch.distributed as dist
 
 from ..files.plain_data import shown
+from .proof import MAX_HELLO_BYTES, proof
 
-MAX_HELLO_BYTES = 1 << 16
 SIDE_CHANNEL_WAIT_S = 5.0  # for the connections of peers that can reach this node: milliseconds on a LAN
 
 
@@ -69,10 +71,6 @@ def _all_gather_bytes(data: bytes, limit: int = MAX_HELLO_BYTES) -> list[bytes]:
     gathered = [torch.zeros(max(sizes), dtype=torch.uint8) for _ in range(world)]
     dist.all_gather(gathered, padded)
     return [bytes(t[:n].tolist()) for t, n in zip(gathered, sizes)]
-
-
-def _proof(token: bytes, transcript: bytes, rank: int) -> bytes:
-    return hmac.new(token, transcript + b"|rank=%d" % rank, hashlib.sha256).digest()
 
 
 def _differences(mine: dict, theirs: dict) -> list[str]:
@@ -180,12 +178,12 @@ def check_members(identity: dict, token: bytes, host: str = "") -> None:
         side.start(expected=set(range(world)) - {rank})
         side.connect_to_peers(parsed, rank)
         transcript = b"\0".join(hellos)
-        proofs = _all_gather_bytes(_proof(token, transcript, rank), limit=64)
+        proofs = _all_gather_bytes(proof(token, transcript, rank), limit=64)
         side.finish()
     finally:
         side.server.close()
     refused = [r for r in range(world)
-               if r != rank and not hmac.compare_digest(proofs[r], _proof(token, transcript, r))]
+               if r != rank and not hmac.compare_digest(proofs[r], proof(token, transcript, r))]
 
     def who(r: int) -> str:
         claimed = (parsed[r] or {}).get("host")

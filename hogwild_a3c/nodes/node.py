@@ -54,6 +54,9 @@ class Node:
     world_size: int
     local_rank: int
     host: str
+    # Where the syncers form their process group: torchrun's (env://) for a world of one, else the
+    # address the admitted rank 0 offered at admission (`admission.py`), which leaves out strangers.
+    sync_init: str = "env://"
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Node | None:
@@ -96,7 +99,7 @@ def syncer_main(params: list, moments: list, local_steps: Any, control: Any, sta
         from .syncer import MembershipError, run_syncer
 
         try:
-            run_syncer(params, local_steps, control, status, init_method="env://", rank=node.rank,
+            run_syncer(params, local_steps, control, status, init_method=node.sync_init, rank=node.rank,
                        world_size=node.world_size, progress=progress, sync_interval=cfg.sync_interval,
                        sync_timeout=cfg.sync_timeout, mode=cfg.sync_mode, identity=node_identity(cfg),
                        token=os.environ.get(RUN_TOKEN, "").encode(), max_claim=max_claim(cfg.max_steps),

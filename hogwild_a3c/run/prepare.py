@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,8 @@ class Prepared:
     payload: dict | None = None
     meta: dict | None = None
     checkpoint: Path | None = None  # the file `payload` was read from
-    node: Node | None = None  # multi-node (under torchrun): this node
+    node: Node | None = None  # multi-node (under torchrun): this node, placed among the admitted nodes
+    admission_line: str = ""  # multi-node: the nodes left out of the run at its start, for train.log
 
 
 def _describe(cfg: Config) -> EnvInfo:
@@ -174,9 +176,10 @@ def _prepare_new(args: dict[str, Any]) -> Prepared:
     return Prepared(cfg, env_info, run_dir, RunDirLock.acquire(run_dir, f"--run-dir {run_dir}"))
 
 
-def _prepare_node(node: Node, resume_dir: str | None, args: dict[str, Any]) -> Prepared:
-    """A node of a multi-node run writes `<run-dir>/nodes/<node>/`; a node that ran before (a
-    restart by torchrun, or --resume) resumes its own directory."""
+def _prepare_node(node: Node, resume_dir: str | None, args: dict[str, Any], interrupted: Callable[[], bool]) \
+        -> Prepared:
+    """A node of a multi-node run writes `<run-dir>/nodes/<node>/`, once admitted (`admission`);
+    a node that ran before (a restart by torchrun, or --resume) resumes its own directory."""
     if not os.environ.get(RUN_TOKEN) and not args.get("trust_network"):
         raise ConfigError([f"a multi-node run needs {RUN_TOKEN}: without it any machine that reaches the rendezvous "
                            "joins the run and can replace its weights; set the same secret on every node (e.g. export "
@@ -190,23 +193,29 @@ def _prepare_node(node: Node, resume_dir: str | None, args: dict[str, Any]) -> P
         raise ConfigError(["a multi-node run (under torchrun) needs --run-dir DIR, the same on every node"])
     if args.get("num_workers") == 0:
         raise ConfigError(["--num-workers 0 (serial) cannot take part in a multi-node run; give 1 or more"])
+    from ..nodes.admission import admit  # torch.distributed loads here, in multi-node runs only
+
+    admission = admit(node, os.environ.get(RUN_TOKEN, "").encode(),
+                      args.get("sync_timeout", Config.sync_timeout), interrupted)
     node_dir = node.run_dir(Path(base))
     if (node_dir / "config.json").is_file():
         prepared = _prepare_resume(str(node_dir), args, rejoin=True)
     else:
         prepared = _prepare_new({**args, "run_dir": str(node_dir)})
-    prepared.node = node
+    prepared.node, prepared.admission_line = admission.node, admission.left_out
     return prepared
 
 
-def prepare(argv: list[str]) -> Prepared:
+def prepare(argv: list[str], interrupted: Callable[[], bool] = lambda: False) -> Prepared:
     """Parse and check everything; raises ConfigError with one line per problem. On success the
-    run directory exists and this process holds its lock."""
+    run directory exists and this process holds its lock. `interrupted`: whether Ctrl-C was
+    pressed, for the waits of start-up that may be long (KeyboardInterrupt, nothing written)."""
     args = vars(build_parser().parse_args(argv))  # only the flags given: the parser suppresses defaults
-    return prepare_given(args, args.pop("resume", None))
+    return prepare_given(args, args.pop("resume", None), interrupted)
 
 
-def prepare_given(args: dict[str, Any], resume_dir: str | None = None) -> Prepared:
+def prepare_given(args: dict[str, Any], resume_dir: str | None = None,
+                  interrupted: Callable[[], bool] = lambda: False) -> Prepared:
     """`prepare` for settings already typed as `Config`'s fields, the ones the user gave (from
     the command line or from Python); what is not given comes from the preset or the defaults."""
     try:
@@ -214,7 +223,7 @@ def prepare_given(args: dict[str, Any], resume_dir: str | None = None) -> Prepar
     except ValueError as exc:
         raise ConfigError([str(exc)]) from None
     if node is not None:
-        prepared = _prepare_node(node, resume_dir, args)
+        prepared = _prepare_node(node, resume_dir, args, interrupted)
     else:
         prepared = _prepare_resume(resume_dir, args) if resume_dir is not None else _prepare_new(args)
     cores = os.cpu_count() or 1

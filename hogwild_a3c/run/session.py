@@ -128,6 +128,8 @@ class Session:
         recorder.log(preset_line(cfg))
         recorder.log(acting_line)
         recorder.log(precision_line)
+        if prepared.admission_line:
+            recorder.log(prepared.admission_line)
         replay_line = replay_memory_line(model, cfg, prepared.env_info.unit_interval)
         if replay_line:
             recorder.log(replay_line)
