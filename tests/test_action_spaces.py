@@ -1,5 +1,5 @@
-"""Every action space a distribution takes, end to end: toy Box and MultiDiscrete envs learned to a
-threshold with no flags but --env; resume, evaluate and MP4 on a Box env; ONNX Runtime acting with a
+"""Every action space a distribution takes, end to end: toy Box, MultiDiscrete and MultiBinary envs
+learned to a threshold with no flags but --env; resume, act, evaluate and MP4 on each; ONNX Runtime acting with a
 Gaussian head whose log-std is a free parameter; the preset --preset auto picks, said in train.log;
 action spaces no distribution takes refused in one line before anything is written."""
 import json
@@ -36,6 +36,8 @@ def evaluations(run_dir):
     ("tests.envs:TargetBox-v0", -3.0),
     # Random actions return about 5.8, the best 20.
     ("tests.envs:TargetParts-v0", 17.0),
+    # Random actions return about 20, the best 40.
+    ("tests.envs:TargetBits-v0", 36.0),
 ])
 def test_a_toy_env_of_each_new_action_space_is_learned_with_no_flags(tmp_path, env, target):
     run_dir = tmp_path / "run"
@@ -144,17 +146,27 @@ def test_onnx_runtime_acts_for_an_image_model_of_every_new_kind(space):
     assert trial_difference(model, batch=4) <= 1e-5
 
 
-def test_a_multi_discrete_policy_acts_and_evaluates_with_the_envs_own_actions(tmp_path, capsys):
+@pytest.mark.parametrize("env_id, shape, dtype", [("tests.envs:TargetParts-v0", (2,), np.int64),
+                                                   ("tests.envs:TargetBits-v0", (4,), np.int8)],
+                         ids=["MultiDiscrete", "MultiBinary"])
+def test_a_multi_part_policy_resumes_acts_evaluates_and_records_with_the_envs_own_actions(tmp_path, capsys, env_id,
+                                                                                        shape, dtype):
     from hogwild_a3c import evaluate
 
     run_dir = tmp_path / "run"
-    assert train.main(["--env", "tests.envs:TargetParts-v0", "--num-workers", "0", "--max-steps", "2000",
-                       "--eval-episodes", "0", "--no-progress", "--run-dir", str(run_dir)]) == 0
-    policy = load_policy(run_dir, env="tests.envs:TargetParts-v0")  # a checkpoint imports no code by itself
+    common = ["--num-workers", "0", "--eval-episodes", "0", "--no-progress"]
+    assert train.main(["--env", env_id, "--max-steps", "2000", "--run-dir", str(run_dir), *common]) == 0
+    # a resume imports only the module its command line names
+    assert train.main(["--resume", str(run_dir), "--env", env_id, "--max-steps", "4000", *common[:2]]) == 0
+    assert pd.read_csv(run_dir / "progress.csv")["global_step"].iloc[-1] >= 4000
+    policy = load_policy(run_dir, env=env_id)  # a checkpoint imports no code by itself
     env = policy.make_env()
     obs, _ = env.reset(seed=0)
     action, _ = policy.act(obs, policy.initial_state(), greedy=True)
-    assert env.action_space.contains(action) and action.shape == (2,)
+    assert env.action_space.contains(action) and action.shape == shape and action.dtype == dtype
     capsys.readouterr()
-    assert evaluate.main([str(run_dir), "--episodes", "2", "--env", "tests.envs:TargetParts-v0"]) == 0
+    video = tmp_path / "video"
+    assert evaluate.main([str(run_dir), "--episodes", "2", "--env", env_id, "--record", str(video)]) == 0
     assert "mean return over 2 episodes" in capsys.readouterr().out
+    assert sorted(p.name for p in video.iterdir()) == ["episode-1.mp4", "episode-2.mp4"]
+    assert all(p.stat().st_size > 500 for p in video.iterdir())

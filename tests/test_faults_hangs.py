@@ -117,7 +117,8 @@ def test_hung_evaluator_is_reported_as_stalled_and_the_run_still_ends(tmp_path):
 def test_a_slow_start_up_is_not_a_stall(tmp_path):
     run_dir = tmp_path / "run"
     code = train.main([
-        "--env", "tests.envs:Faulty-v0", "--env-kwargs", "fault='slow_start'", "hang_s=5",
+        # 2 envs of 5 s each: the worker starts for 10 s, five stall timeouts (not the preset's 8: 40 s of test)
+        "--env", "tests.envs:Faulty-v0", "--env-kwargs", "fault='slow_start'", "hang_s=5", "--envs-per-worker", "2",
         "--num-workers", "1", "--eval-episodes", "0", "--max-steps", "2000", "--stall-timeout", "2",
         "--lstm-size", "8", "--no-progress", "--run-dir", str(run_dir),
     ])
