@@ -107,7 +107,7 @@ def admit(node: Node, token: bytes, timeout_s: float, interrupted: Callable[[], 
     strangers = [r for r in range(world) if r not in proven]
     named = ", ".join(_named(r, hellos[r]) for r in strangers)
     if 2 * len(proven) <= world:
-        if len(proven) == 1:
+        if len(proven) == 1 and world > 2:  # the others agree among themselves: this node is the stranger
             raise NotAdmitted(f"this node ({node.host}, rank {rank} of {world}) could not prove its {RUN_TOKEN} to "
                               f"any other node ({named}): it is not started with the run's secret; nothing written")
         raise NotAdmitted(f"{len(proven)} of the {world} nodes share this node's {RUN_TOKEN}, not more than half: "
