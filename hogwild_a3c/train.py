@@ -3,8 +3,8 @@
 This module stays light so that Ctrl-C while the heavy modules import (torch alone takes a
 second or two) ends with one line and exit status 130 instead of a traceback. The main process
 itself is `run/prepare.py` (the checks) and `run/session.py` (the run). Exit status: 0 when a budget or
-the target was reached (or a callback stopped it), 1 on a failure, 2 on bad input, 130 after
-SIGINT, 143 after SIGTERM.
+the target was reached (or a callback stopped it, or the nodes of a multi-node run left this one
+out), 1 on a failure, 2 on bad input, 130 after SIGINT, 143 after SIGTERM.
 """
 from __future__ import annotations
 
