@@ -129,6 +129,10 @@ class Config:
                                       "summed over workers (the A3C paper's annealing over the run; 0: none, as "
                                       "universe); set it to --max-steps, and raise both together on resume (the rate "
                                       "then rises to the new line)", resumable=True)
+    anneal_lr: str = ALGO.preset("none", "budget: lower the learning rate linearly from --lr to 0 at the end of the "
+                                 "run's budget, --max-steps or --max-seconds, whichever comes first, as the PPO "
+                                 "peers anneal over theirs (no budget: it stays at --lr); none: constant, as "
+                                 "universe", choices=["none", "budget"], resumable=True)
     entropy_coef: float = ALGO.preset(0.01, "weight of the entropy bonus")
     value_coef: float = ALGO.preset(0.5, "weight of the value loss")
     max_grad_norm: float = ALGO.preset(40.0, "clip gradients to this global norm")

@@ -42,7 +42,8 @@ class FaultyEnv(CountingEnv):
     fault='raise': step raises, at most `max_failures` times per process (then behaves).
     fault='nan': the reward is NaN. fault='nan_obs': every observation from `fail_at` on is NaN.
     fault='hang': step sleeps for `hang_s` seconds; 'hang_in_evaluator': only in the evaluator process.
-    fault='slow_start': the constructor sleeps `hang_s` seconds (a child still starting up).
+    fault='slow_start': the constructor sleeps `hang_s` seconds (a child still starting up);
+    'slow_start_in_worker': only in a worker process (the main process's start-up check goes on).
     """
 
     failures_in_process = 0
@@ -55,7 +56,8 @@ class FaultyEnv(CountingEnv):
         self.max_failures = max_failures
         self.hang_s = hang_s
         self.steps_taken = 0
-        if fault == "slow_start":
+        if fault == "slow_start" or (
+                fault == "slow_start_in_worker" and multiprocessing.current_process().name.startswith("worker")):
             time.sleep(hang_s)
 
     def step(self, action):

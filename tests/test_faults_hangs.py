@@ -140,3 +140,25 @@ def test_ctrl_c_during_the_imports_is_one_line_and_exit_130(tmp_path, delay_s):
     _, err = proc.communicate(timeout=45)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_while_a_worker_still_makes_its_envs_stops_at_once(tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        # The worker's env takes an hour to make; the main process's own start-up check does not wait for it.
+        [sys.executable, "-m", "hogwild_a3c.train", "--env", "tests.envs:Faulty-v0",
+         "--env-kwargs", "fault='slow_start_in_worker'", "--num-workers", "1", "--eval-episodes", "0",
+         "--lstm-size", "8", "--no-progress", "--run-dir", str(run_dir)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    wait_for(lambda: session_pids(run_dir), timeout=60, what="the worker to be started", proc=proc)
+    pids = list(session_pids(run_dir).values())
+    proc.send_signal(signal.SIGINT)
+    code, out = finish(proc, timeout=SHUTDOWN_BOUND_S)
+    assert code == 130, out
+    # On the old code the stop waited out the grace period for a worker that held nothing, then killed it.
+    assert "did not stop within" not in out
+    assert last_session(run_dir)["ended"] == "interrupted (SIGINT)"
+    all_children_gone(pids)

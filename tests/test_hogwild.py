@@ -1,5 +1,6 @@
 """The hand-off of gradients to shared memory, exactly; and that children's writes are seen."""
 import multiprocessing as mp
+import time
 
 import pytest
 import torch
@@ -7,8 +8,10 @@ import torch
 from hogwild_a3c.children.process import flush_denormals, run_child
 from hogwild_a3c.children.reports import InProcessReports
 from hogwild_a3c.children.shared import HogwildLink, SharedState, copy_weights, hand_over_gradients
+from hogwild_a3c.config import Config
 from hogwild_a3c.learning.model import ActorCritic
 from hogwild_a3c.learning.optim import LrSchedule, SharedAdam, build_optimizer, moment_keys, new_optimizer_state
+from hogwild_a3c.run.session import annealing_line, lr_schedule
 
 
 def _loss(model):
@@ -118,6 +121,53 @@ def test_lr_decay_falls_linearly_to_zero_at_its_global_step_and_stays_there():
     assert [decay.at(1, step) for step in (0, 250, 1000, 5000)] == [0.01, 0.0075, 0.0, 0.0]
     both = LrSchedule(0.01, warmup_updates=4, decay_steps=1000)  # the two multiply
     assert both.at(2, 500) == 0.01 * 0.5 * 0.5
+
+
+def test_lr_decay_over_run_time_goes_on_from_the_runs_origin_and_takes_the_lower_of_two_lines():
+    # A run 100 s into a 400 s budget, resumed at wall-clock time 1000: its origin is 900.
+    timed = LrSchedule(0.01, decay_seconds=400.0, time_origin=900.0)
+    assert not timed.constant
+    assert [timed.at(1, 0, t) for t in (1000.0, 1100.0, 1300.0, 2000.0)] == pytest.approx([0.0075, 0.005, 0.0, 0.0])
+    assert timed.at(1, 0, 800.0) == 0.01  # a clock behind the origin never raises the rate above --lr
+    both = LrSchedule(0.01, decay_steps=1000, decay_seconds=400.0, time_origin=900.0)
+    assert both.at(1, 500, 1100.0) == pytest.approx(0.01 * 0.5 * 0.5)
+
+
+@pytest.mark.parametrize("flags,decay_steps,decay_seconds", [
+    ({}, 0, 0.0),
+    ({"max_steps": 5000, "max_seconds": 60.0}, 0, 0.0),  # none: the budgets only stop the run
+    ({"anneal_lr": "budget"}, 0, 0.0),  # no budget: constant
+    ({"anneal_lr": "budget", "max_steps": 5000}, 5000, 0.0),
+    ({"anneal_lr": "budget", "max_seconds": 60.0}, 0, 60.0),
+    ({"anneal_lr": "budget", "max_steps": 5000, "max_seconds": 60.0}, 5000, 60.0),
+    ({"anneal_lr": "budget", "max_steps": 5000, "lr_decay_steps": 8000}, 8000, 0.0),  # the explicit line wins
+])
+def test_anneal_lr_budget_decays_over_whichever_budgets_the_run_has(flags, decay_steps, decay_seconds):
+    schedule = lr_schedule(Config(env="CartPole-v1", lr=0.01, **flags))
+    assert (schedule.decay_steps, schedule.decay_seconds) == (decay_steps, decay_seconds)
+    if flags.get("anneal_lr") == "budget":  # the train.log line says which line the rate follows
+        line = annealing_line(Config(env="CartPole-v1", lr=0.01, **flags))
+        assert ("falling linearly to 0" in line) == bool(decay_steps or decay_seconds)
+
+
+def test_a_links_update_follows_the_decay_over_run_time():
+    """About three quarters into a 100 s budget, Adam's first step moves each weight by the rate
+    at the moment of the push, about lr / 4."""
+    torch.manual_seed(0)
+    origin = time.time() - 75.0
+    schedule = LrSchedule(0.01, decay_seconds=100.0, time_origin=origin)
+    shared = SharedState.create(ActorCritic((3,), 2, lstm_size=8), 1, "adam", schedule)
+    link = HogwildLink(shared, 0, InProcessReports())
+    local = ActorCritic((3,), 2, lstm_size=8)
+    link.pull(local)
+    before = [p.detach().clone() for p in shared.model.parameters()]
+    _loss(local).backward()
+    earliest = time.time()
+    link.push(local)
+    latest = time.time()
+    moved = max(float((p.detach() - b).abs().max()) for p, b in zip(shared.model.parameters(), before))
+    assert schedule.at(1, 0, latest) - 1e-6 <= moved <= schedule.at(1, 0, earliest) + 1e-6
+    assert moved < 0.0026  # not the constant rate
 
 
 def test_a_links_update_follows_the_decay_at_the_global_step():

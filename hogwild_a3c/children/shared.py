@@ -184,7 +184,7 @@ class HogwildLink:
         if schedule.constant:  # the usual case: no shared counters read per update
             self.optimizer.step(schedule.lr)
         else:
-            self.optimizer.step(schedule.at(self.optimizer.next_update(), self.global_step()))
+            self.optimizer.step(schedule.at(self.optimizer.next_update(), self.global_step(), time.time()))
 
     def add_steps(self, steps: int) -> None:
         self.shared.worker_steps[self.rank] += steps

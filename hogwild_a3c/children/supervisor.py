@@ -275,6 +275,11 @@ class ProcessChildren(_Children):
             return
         self.stopping = True
         self.shared.request_stop()
+        for child in self.children:
+            # Still making its envs (which may take minutes): it has not touched the weights, so
+            # there is nothing of its to wait for.
+            if child.heartbeat_slot >= 0 and float(self.shared.heartbeats[child.heartbeat_slot]) == NOT_READY:
+                child.process.kill()
         deadline = time.monotonic() + JOIN_GRACE_S
         # Keep reading while waiting: a child blocked on a full report pipe cannot exit.
         while any(c.process.is_alive() for c in self.children) and time.monotonic() < deadline and not fast():

@@ -52,24 +52,31 @@ class LrSchedule:
     """The learning rate of an update: `lr`, raised linearly from 0 over an optimizer's first
     `warmup_updates` updates (counted by its own step counter, so a resumed run, whose counters
     are restored, does not warm up again), and lowered linearly to 0 at `decay_steps` global
-    agent steps (the A3C paper anneals to 0 over the run). 0 turns either off."""
+    agent steps (the A3C paper anneals to 0 over the run) and at `decay_seconds` of run time,
+    which began at the wall-clock time `time_origin` (so a resumed run goes on along its line).
+    0 turns each off."""
 
     lr: float
     warmup_updates: int = 0
     decay_steps: int = 0
+    decay_seconds: float = 0.0
+    time_origin: float = 0.0
 
     @property
     def constant(self) -> bool:
         """No warm-up and no decay: every update's rate is `lr`, so the caller need not count anything."""
-        return not (self.warmup_updates or self.decay_steps)
+        return not (self.warmup_updates or self.decay_steps or self.decay_seconds)
 
-    def at(self, update: float, global_step: int) -> float:
-        """The learning rate of update number `update` (counted from 1) at `global_step`."""
+    def at(self, update: float, global_step: int, wall_time: float = 0.0) -> float:
+        """The learning rate of update number `update` (counted from 1) at `global_step` and at
+        the wall-clock time `wall_time`."""
         lr = self.lr
         if 0 < self.warmup_updates and update < self.warmup_updates:
             lr *= update / self.warmup_updates
         if self.decay_steps > 0:
             lr *= max(0.0, 1.0 - global_step / self.decay_steps)
+        if self.decay_seconds > 0:
+            lr *= min(1.0, max(0.0, 1.0 - (wall_time - self.time_origin) / self.decay_seconds))
         return lr
 
 

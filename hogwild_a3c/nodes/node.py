@@ -36,7 +36,7 @@ def node_identity(cfg: Any) -> dict[str, Any]:
 
     # The preset's name is left out: its values are in the resolved fields themselves. The lr decay
     # may change on resume but not between nodes: each reads it at the same global step.
-    names = sorted(experiment_fields() - resumable_fields() - {"preset"} | {"lr_decay_steps"})
+    names = sorted(experiment_fields() - resumable_fields() - {"preset"} | {"lr_decay_steps", "anneal_lr"})
     settings = {name: getattr(cfg, name) for name in names}
     return {**json.loads(json.dumps(settings, default=str)), "hogwild_a3c": __version__}
 

@@ -11,6 +11,7 @@ import dataclasses
 import signal
 import sys
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from ..acting.actor import resolve as resolve_acting
 from ..children.process import flush_denormals
 from ..children.shared import SharedState
 from ..children.supervisor import make_children
+from ..config import Config
 from ..files.atomic import WriteError, remove_stale_temp_files
 from ..files.checkpoint import Progress, restore_training
 from ..files.logs import last_time_s
@@ -85,8 +87,7 @@ class Session:
         prepared, cfg = self.prepared, self.prepared.cfg
         torch.manual_seed(cfg.seed)
         model = model_for_env(prepared.env_info, cfg)
-        schedule = LrSchedule(cfg.lr, cfg.lr_warmup_updates, cfg.lr_decay_steps)
-        shared = SharedState.create(model, max(1, cfg.num_workers or 0), cfg.optimizer, schedule)
+        shared = SharedState.create(model, max(1, cfg.num_workers or 0), cfg.optimizer, lr_schedule(cfg))
         if prepared.payload is not None:
             before = restore_training(shared, prepared.payload)
             session = before.session + 1
@@ -100,6 +101,8 @@ class Session:
             # or from an older checkpoint.
             before.elapsed_s = max(before.elapsed_s, last_time_s(prepared.run_dir / "progress.csv"))
             shared.sync = SyncStatus.create()
+        # The children are not started yet: the run time their learning rate follows goes on from here.
+        shared.lr_schedule = dataclasses.replace(shared.lr_schedule, time_origin=time.time() - before.elapsed_s)
         return shared, before, session
 
     def _train(self) -> TrainResult:
@@ -128,6 +131,8 @@ class Session:
         recorder.log(preset_line(cfg))
         recorder.log(acting_line)
         recorder.log(precision_line)
+        if cfg.anneal_lr == "budget":
+            recorder.log(annealing_line(cfg))
         if prepared.admission_line:
             recorder.log(prepared.admission_line)
         replay_line = replay_memory_line(model, cfg, prepared.env_info.unit_interval)
@@ -183,3 +188,19 @@ def _catch_signals(rules: StopRules, recorder: Recorder, callbacks: Callbacks) -
             callbacks.cut_short()
 
     return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def lr_schedule(cfg: Config) -> LrSchedule:
+    """The rate's line: --lr-decay-steps, or with --anneal-lr budget the run's own budgets."""
+    to_budget = cfg.anneal_lr == "budget"
+    decay_steps = cfg.lr_decay_steps or (cfg.max_steps or 0 if to_budget else 0)
+    decay_seconds = (cfg.max_seconds or 0.0) if to_budget else 0.0
+    return LrSchedule(cfg.lr, cfg.lr_warmup_updates, decay_steps, decay_seconds)
+
+
+def annealing_line(cfg: Config) -> str:
+    budgets = [f"--{name} {shown(value)}" for name, value in (("max-steps", cfg.max_steps),
+                                                              ("max-seconds", cfg.max_seconds)) if value]
+    if not budgets:
+        return f"learning rate {cfg.lr:g} throughout: --anneal-lr budget, and the run has no budget to anneal over"
+    return f"learning rate {cfg.lr:g}, falling linearly to 0 at the end of {' or '.join(budgets)} (the first reached)"
