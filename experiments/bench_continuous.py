@@ -338,10 +338,11 @@ def render(rows: list[dict], notes: list[str], config: dict, args: argparse.Name
                 f"{config.get('eval_episodes', 10)} deterministic episodes on a fresh env (seed 10000 + seed); "
                 f"medians over seeds {seeds}; agents in this order per seed: {', '.join(args.algos)}",
         "budgets": budgets + (f" (the config's times {args.budget_scale:g})" if args.budget_scale != 1 else ""),
-        "hogwild_a3c": f"--env ENV --seed S{(' ' + args.flags) if args.flags else ''} (no tuning flags; "
-                       "--max-seconds BUDGET --no-progress for the benchmark): its defaults, one worker per core "
-                       "and its evaluator (5 episodes every 60 s) on the same cores, inside the budget; final "
-                       "policy from checkpoints/latest.pt, `python -m hogwild_a3c.evaluate --greedy`",
+        "hogwild_a3c": f"--env ENV --seed S{(' ' + args.flags) if args.flags else ''} "
+                       f"({'screened flags' if args.flags else 'no tuning flags'}; --max-seconds BUDGET "
+                       "--no-progress for the benchmark): its defaults, one worker per core and its evaluator "
+                       "(5 episodes every 60 s) on the same cores, inside the budget; final policy from "
+                       "checkpoints/latest.pt, `python -m hogwild_a3c.evaluate --greedy`",
         "SB3": f"{sb3_version}, MlpPolicy, rl-zoo settings per env in {shown_path(config_path(args.config))} "
                "(each entry's `source`); one process, DummyVecEnv, 1 torch thread; rl-zoo's `lin_X` schedules "
                "decay linearly to 0 over the wall-time budget; VecNormalize statistics frozen and raw rewards "
@@ -351,7 +352,8 @@ def render(rows: list[dict], notes: list[str], config: dict, args: argparse.Name
                    "last 20 training episodes; steps: agent steps (all envs); time_s: training time on the "
                    "agent's own clock; load1: the 1-minute load average at the run's start",
     }
-    title = "Continuous control at equal wall time: this trainer with no flags against SB3 PPO and A2C (rl-zoo)"
+    ours = f"this trainer with {args.flags}" if args.flags else "this trainer with no flags"
+    title = f"Continuous control at equal wall time: {ours} against SB3 PPO and A2C (rl-zoo)"
     text = header(title, command, extra)
     summary = summarize(rows)
     text += "\n" + markdown_table(summary, list(summary[0])) if summary else "\nno runs\n"
