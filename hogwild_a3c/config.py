@@ -160,6 +160,10 @@ class Config:
                                     "update learns the LSTM and heads only, at a fraction of the cost (conv + LSTM "
                                     "models whose acting keeps its activations; others replay frames, as train.log "
                                     "says)", choices=["frames", "features"])
+    replay_joint: bool = ALGO.preset(False, "with --replay-ratio above 0: learn from the replayed rollouts in the same "
+                                     "update as the rollout just acted (one backward, clip and optimizer step over "
+                                     "the sum of their losses, at the weights that update pulls), not in one update "
+                                     "each after a pull of its own (not with --epochs above 1)", negatable=True)
     optimizer: str = ALGO.preset("adam", "adam: each worker its own Adam statistics (universe); shared-adam: one set "
                                  "in shared memory; rmsprop, shared-rmsprop: the A3C paper's RMSprop (decay 0.99, "
                                  "epsilon 0.1), per worker or shared",
@@ -400,6 +404,9 @@ def validate(cfg: Config, resuming: bool = False) -> list[str]:
     need(1 <= cfg.epochs <= 16, "epochs", "an integer from 1 to 16", cfg.epochs)
     need(0.0 < cfg.ratio_clip < 1.0, "ratio_clip", "a number between 0 and 1 (0.1-0.2 as PPO)", cfg.ratio_clip)
     need(0.0 <= cfg.replay_ratio <= 16.0, "replay_ratio", "a number from 0 (no replay) to 16", cfg.replay_ratio)
+    need(not (cfg.replay_joint and cfg.epochs > 1), "replay_joint",
+         f"off with --epochs {cfg.epochs} (a joint update is one pass; drop --replay-joint or set --epochs 1)",
+         cfg.replay_joint)
     need(1 <= cfg.replay_size <= 100_000, "replay_size", "an integer from 1 to 100000 (rollouts a worker keeps)",
          cfg.replay_size)
     # torchrun's SIGTERM reaches the trainer's whole process group, a forkserver too, whose death

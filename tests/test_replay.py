@@ -11,11 +11,12 @@ import torch
 
 import tests.envs  # noqa: F401 - registers the test envs
 from hogwild_a3c import train
+from hogwild_a3c.children.shared import HogwildLink
 from hogwild_a3c.children.worker import Worker
 from hogwild_a3c.config import Config
 from hogwild_a3c.envs.make import describe_env
 from hogwild_a3c.learning.algo import a3c_loss, rollout_targets
-from hogwild_a3c.learning.learner import A3CLearner, ReplayLearner
+from hogwild_a3c.learning.learner import A3CLearner, LearnBatch, ReplayLearner
 from hogwild_a3c.learning.model import build_model
 from hogwild_a3c.learning.replay_memory import ReplayMemory
 from hogwild_a3c.learning.rollout import Rollout
@@ -220,10 +221,48 @@ def test_a_replayed_update_at_moved_weights_is_vtraces_at_those_weights():
         torch.testing.assert_close(fast, ref.grad, rtol=1e-4, atol=1e-5)
 
 
+class FixedPoisson:
+    """The worker's generator, but a fixed number of replays per rollout."""
+
+    def __init__(self, rng, count):
+        self.rng, self.count = rng, count
+
+    def poisson(self, lam):
+        return self.count
+
+    def __getattr__(self, name):
+        return getattr(self.rng, name)
+
+
+def test_a_joint_update_is_one_push_of_the_rollouts_gradient_plus_each_replayed_ones():
+    # lr 0 keeps the weights where they acted; no clipping, so the pushed gradient is the raw sum.
+    worker, link, _ = make_worker(0.0, 1.0, replay_joint=True, max_grad_norm=1e9)
+    worker.run_rollout()  # an empty memory: A3C's update alone
+    worker.learner.rng = FixedPoisson(worker.learner.rng, 3)
+    worker.run_rollout()
+    assert link.calls == ["pull", "push", "pull", "push"]  # no pull or push of their own for the replays
+    learner, memory = worker.learner, worker.learner.memory
+    assert memory.size == 2  # the second rollout joined after its update: every draw was the first
+
+    def gradient(loss):
+        for p in worker.model.parameters():
+            p.grad = None
+        loss.backward()
+        return [p.grad.clone() for p in worker.model.parameters()]
+
+    own = gradient(learner._loss(LearnBatch.of(worker.rollout, worker.cfg), None, lambda phase: None, "").total)
+    replayed = gradient(learner._replayed_loss(memory.stored(0), lambda phase: None))
+    for pushed, a, b in zip(link.pushed[1], own, replayed):
+        torch.testing.assert_close(pushed, a + 3 * b, rtol=1e-4, atol=1e-5)
+    assert max(float(b.abs().max()) for b in replayed) > 1e-4  # the replayed term is there to be found
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--replay-ratio", "-1"], "error: --replay-ratio must be a number from 0 (no replay) to 16 (got -1.0)"),
     (["--replay-size", "0"],
      "error: --replay-size must be an integer from 1 to 100000 (rollouts a worker keeps) (got 0)"),
+    (["--replay-joint", "--epochs", "2"], "error: --replay-joint must be off with --epochs 2 (a joint update is one "
+                                          "pass; drop --replay-joint or set --epochs 1) (got True)"),
 ])
 def test_bad_replay_settings_are_one_line_before_anything_is_written(tmp_path, capsys, flags, message):
     run_dir = tmp_path / "run"
@@ -262,6 +301,25 @@ def test_every_action_and_observation_kind_replays_under_its_auto_preset(env_id,
     assert worker.learner.memory.size == 2 and worker.learner.memory.added == 4
     assert applied and all(applied)  # Poisson(3) four times: none at all has odds e^-12
     assert worker.learner.memory.frames_uint8 == (env_id == "tests.envs:CueImage-v0")
+
+
+@pytest.mark.parametrize("env_id", ["tests.envs:TargetBox-v0", "tests.envs:CueImage-v0"])
+def test_joint_updates_replay_under_the_auto_preset_with_one_push_a_rollout(env_id, monkeypatch):
+    # CueImage's conv encoder learns the rollout's part from acting's kept activations and the
+    # replayed part from the kept frames, in one backward.
+    from hogwild_a3c.envs.make import env_options
+    from hogwild_a3c.files.rundir import resolve_new
+
+    cfg = resolve_new({"env": env_id, "num_workers": 0, "lstm_size": 16, "replay_ratio": 3.0, "replay_size": 2,
+                       "replay_joint": True})
+    info = describe_env(cfg.env, cfg.env_kwargs, **env_options(cfg))
+    replayed, pushes = [], []
+    original_loss, original_push = ReplayLearner._replayed_loss, HogwildLink.push
+    monkeypatch.setattr(ReplayLearner, "_replayed_loss",
+                        lambda self, stored, phase_done: replayed.append(1) or original_loss(self, stored, phase_done))
+    monkeypatch.setattr(HogwildLink, "push", lambda self, model: pushes.append(1) or original_push(self, model))
+    acts_and_learns_in_a_worker(cfg, info, rollouts=4)
+    assert len(pushes) == 4 and replayed  # Poisson(3) three times: none at all has odds e^-9
 
 
 class NoneKeepingSgdLink(SgdLink):

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .algo import a3c_loss, normalized_advantages, rollout_targets
+from .algo import LossTerms, a3c_loss, normalized_advantages, rollout_targets
 from .encoder_grad import KeptActivations, conv_elu_chain, features_from_activations
 from .model import ActorCritic, State, has_conv_encoder
 from .precision import encoder_context, learn_dtype
@@ -121,6 +121,16 @@ class A3CLearner:
         pass's log-probabilities of the actions, detached (the later passes' ratios are taken
         against the first pass's replay, the same computation, so r = 1 exactly where the weights
         have not moved); None when the update was skipped as non-finite."""
+        loss = self._loss(batch, old_log_probs, phase_done, pass_name, features)
+        grad_norm = self._apply(loss.total, phase_done, pass_name)
+        if grad_norm is None:
+            return None
+        if old_log_probs is None:  # progress.csv's losses stay A3C's, whatever --epochs is
+            self._record(batch, loss, grad_norm)
+        return loss.log_probs.detach()
+
+    def _loss(self, batch: LearnBatch, old_log_probs: torch.Tensor | None, phase_done: Callable[[str], None],
+              pass_name: str, features: torch.Tensor | None = None) -> LossTerms:
         cfg = self.cfg
         action_params, values = self.model.replay(batch.obs, batch.start_state, batch.resets, self.encoder_context,
                                                   features)
@@ -130,15 +140,12 @@ class A3CLearner:
                         reduction=cfg.loss_reduction, old_log_probs=old_log_probs, ratio_clip=cfg.ratio_clip,
                         distribution=self.model.distribution)
         phase_done("loss" + pass_name)
-        grad_norm = self._apply(loss.total, phase_done, pass_name)
-        if grad_norm is None:
-            return None
-        if old_log_probs is None:  # progress.csv's losses stay A3C's, whatever --epochs is
-            size = batch.size if cfg.loss_reduction == "sum" else 1  # per-sample losses
-            self.link.record_update(
-                loss.policy.item() / size, loss.value.item() / size, loss.entropy.item() / size, grad_norm
-            )
-        return loss.log_probs.detach()
+        return loss
+
+    def _record(self, batch: LearnBatch, loss: LossTerms, grad_norm: float) -> None:
+        size = batch.size if self.cfg.loss_reduction == "sum" else 1  # per-sample losses
+        self.link.record_update(loss.policy.item() / size, loss.value.item() / size, loss.entropy.item() / size,
+                                grad_norm)
 
     def _apply(self, total: torch.Tensor, phase_done: Callable[[str], None], pass_name: str) -> float | None:
         """Backward, clip and push one update's loss; its gradient norm, or None when it was
@@ -181,7 +188,8 @@ class ReplayLearner(A3CLearner):
     def learn(self, rollout: Rollout, phase_done: Callable[[str], None] = _no_profiling) -> bool:
         # Taken before the update: the features of s_T under the weights that acted, as the rest were.
         inputs = self._acted_inputs(rollout) if self.keeps_features and rollout.activations else None
-        applied = super().learn(rollout, phase_done)
+        joint = self.cfg.replay_joint
+        applied = self._joint_update(rollout, phase_done) if joint else super().learn(rollout, phase_done)
         if self.memory is None:
             steps, envs = rollout.rewards.shape
             shape = tuple(rollout.obs.shape[2:]) if inputs is None else tuple(inputs[1].shape[1:])
@@ -191,11 +199,30 @@ class ReplayLearner(A3CLearner):
         if self.memory_has_features == (inputs is not None):  # an actor keeps its activations always or never
             self.memory.add(rollout, inputs)
         phase_done("replay memory add")
-        for _ in range(self.rng.poisson(self.cfg.replay_ratio) if self.memory.size else 0):
+        for _ in range(self.rng.poisson(self.cfg.replay_ratio) if self.memory.size and not joint else 0):
             self.link.pull(self.model)
             phase_done("pull (replayed)")
             self._replayed_update(self.memory.sample(self.rng), phase_done)
         return applied
+
+    def _joint_update(self, rollout: Rollout, phase_done: Callable[[str], None]) -> bool:
+        """One update from the rollout and a Poisson(--replay-ratio) number of replayed ones, at the
+        weights the rollout's update pulls anyway: one backward, clip and optimizer step over the
+        sum of their losses, where separate updates pay a pull, a clip and a push each. The
+        replayed rollouts are drawn before this one joins the memory."""
+        batch = LearnBatch.of(rollout, self.cfg)
+        phase_done("targets")
+        count = self.rng.poisson(self.cfg.replay_ratio) if self.memory is not None and self.memory.size else 0
+        replayed = [self.memory.sample(self.rng) for _ in range(count)] if self.memory is not None else []
+        loss = self._loss(batch, None, phase_done, "", self._acted_features(rollout, batch))
+        total = loss.total
+        for stored in replayed:
+            total = total + self._replayed_loss(stored, phase_done)
+        grad_norm = self._apply(total, phase_done, "")
+        if grad_norm is None:
+            return False
+        self._record(batch, loss, grad_norm)
+        return True
 
     def _acted_inputs(self, rollout: Rollout) -> tuple[np.ndarray, np.ndarray]:
         """The encoder's features of the rollout's frames [T, K, F], as acting computed them, and
@@ -207,6 +234,9 @@ class ReplayLearner(A3CLearner):
         return kept.features.reshape(steps, envs, -1).numpy(), last.numpy()
 
     def _replayed_update(self, stored: StoredRollout, phase_done: Callable[[str], None]) -> bool:
+        return self._apply(self._replayed_loss(stored, phase_done), phase_done, " (replayed)") is not None
+
+    def _replayed_loss(self, stored: StoredRollout, phase_done: Callable[[str], None]) -> torch.Tensor:
         cfg, distribution = self.cfg, self.model.distribution
         steps = stored.rewards.shape[0]
         if self.memory_has_features:
@@ -229,7 +259,8 @@ class ReplayLearner(A3CLearner):
         loss = a3c_loss(params, values[:steps].flatten(), actions, torch.from_numpy(advantages).flatten(),
                         torch.from_numpy(value_targets).flatten(), value_coef=cfg.value_coef,
                         entropy_coef=cfg.entropy_coef, reduction=cfg.loss_reduction, distribution=distribution)
-        return self._apply(loss.total, phase_done, " (replayed)") is not None
+        phase_done("loss (replayed)")
+        return loss.total
 
 
 def keeps_features(model: ActorCritic, cfg: Any) -> bool:
